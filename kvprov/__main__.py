@@ -1,0 +1,3 @@
+from kvprov.cli import main
+
+raise SystemExit(main())
