@@ -1,0 +1,40 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def kvprov(*args: str, timeout: float = 900, check: bool = False) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, as a user would."""
+    res = subprocess.run([sys.executable, "-m", "kvprov", *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=ROOT)
+    if check and res.returncode != 0:
+        raise AssertionError(f"kvprov {' '.join(args)} -> {res.returncode}\n{res.stdout}\n{res.stderr}")
+    return res
+
+
+def pytest_collection_modifyitems(config, items):
+    # `lab down` tests take the lab away: run them after everything else.
+    items.sort(key=lambda item: item.get_closest_marker("lab_teardown") is not None)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "lab_teardown: takes the lab down; runs last")
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """The running lab (brought up if needed): the state dict from `kvprov lab status --json`."""
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root")
+    up = kvprov("lab", "up", "--containers", "1")
+    assert up.returncode == 0, f"lab up failed:\n{up.stdout}\n{up.stderr}"
+    import json
+
+    st = kvprov("lab", "status", "--json", check=True)
+    return json.loads(st.stdout)

@@ -1,0 +1,22 @@
+import yaml
+
+from kvprov.lab import inventory, topology
+from tests.conftest import ROOT
+
+
+def test_checked_in_lab_inventory_is_the_generated_default():
+    """inventory/lab.yml must never drift from what `kvprov lab up` generates."""
+    assert (ROOT / "inventory/lab.yml").read_text() == inventory.render(topology.Topology())
+
+
+def test_generated_inventory_lists_exactly_the_running_hosts():
+    inv = yaml.safe_load(inventory.render(topology.Topology(clients=2, containers=3)))
+    gpu = inv["all"]["children"]["gpu_nodes"]["children"]
+    assert list(gpu["lab_gpu_vms"]["hosts"]) == ["kvlab-gpu1", "kvlab-gpu2"]
+    assert gpu["lab_gpu_vms"]["hosts"]["kvlab-gpu2"] == {
+        "ansible_host": "127.0.0.1", "ansible_port": 2222,
+        "kvprov_lab_data_ip": "10.99.2.2", "kvprov_lab_storage_ip": "10.99.2.1"}
+    assert gpu["lab_containers"]["hosts"]["kvlab-c3"] == {"ansible_host": "10.98.3.2"}
+    assert inv["all"]["children"]["lab_storage"]["hosts"]["kvlab-storage"]["kvprov_lab_data_ips"] == [
+        "10.99.1.1", "10.99.2.1"]
+    assert inv["all"]["vars"]["ansible_user"] == "root"
