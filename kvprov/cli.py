@@ -5,8 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
+import importlib
+
 from kvprov import __version__
 from kvprov.errors import EXIT_USAGE, KvprovError
+
+
+# Modules that each add one command (their `add_parser(subparsers)`), in help order.
+COMMANDS = [
+    "kvprov.lab.cli",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,9 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
                "3 unreachable hosts, 4 environment (root, tools, disk, ports), 5 lab failure.")
     p.add_argument("--version", action="version", version=f"kvprov {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from kvprov.lab import cli as lab_cli
-
-    lab_cli.add_parser(sub)
+    for name in COMMANDS:
+        importlib.import_module(name).add_parser(sub)
     return p
 
 
