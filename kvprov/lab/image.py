@@ -30,6 +30,7 @@ BASE_PACKAGES = ["systemd", "systemd-sysv", "dbus", "openssh-server", "python3",
 KERNEL_AND_STORAGE_PACKAGES = [
     "linux-image-amd64", "initramfs-tools", "nfs-kernel-server", "nfs-common", "rdma-core",
     "ibverbs-providers", "ibverbs-utils", "xfsprogs", "fio", "python3-venv", "python3-apt",
+    "python3-packaging",
     "ca-certificates", "less", "sudo",
 ]
 DISK_SIZE = "6G"

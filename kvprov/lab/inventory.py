@@ -16,6 +16,28 @@ HEADER = """\
 """
 
 
+WHEELHOUSE = "/var/lib/kvprov/wheelhouse"  # filled by scripts/install-deps
+# What the lab differs in from a NetApp fleet; everything else is the roles' defaults.
+COMMON_VARS = {
+    "kvprov_nixl_wheelhouse": WHEELHOUSE,
+    "kvprov_nixl_plugins": {"posix": {"active": True, "use_aio": False}},  # no GPU: POSIX from DRAM
+    "kvprov_sglang_install": False,  # config and unit only: no GPU, no multi-GB CUDA closure
+}
+GPU_VM_VARS = {
+    "kvprov_storage_profile": "netapp_pnfs_rdma",
+    "kvprov_storage_export": topology.EXPORT_PATH,
+    "kvprov_storage_pnfs_layout": "block",  # knfsd serves block layouts; ONTAP serves files
+    "kvprov_rdma_soft_roce_netdevs": ["data0"],
+    **COMMON_VARS,
+}
+CONTAINER_VARS = {
+    "kvprov_storage_profile": "local",  # containers share the host kernel: no NFS
+    "kvprov_storage_pnfs_layout": "none",
+    "kvprov_storage_mount_point": "/srv/kvcache",
+    **COMMON_VARS,
+}
+
+
 def build(topo: topology.Topology) -> dict:
     conn = {
         "ansible_user": "root",
@@ -26,12 +48,13 @@ def build(topo: topology.Topology) -> dict:
     gpu_vms = {
         vm.name: {"ansible_host": "127.0.0.1", "ansible_port": vm.ssh_port,
                   "kvprov_lab_data_ip": vm.data_ips[0],
-                  "kvprov_lab_storage_ip": topo.storage_address_for(i)}
+                  "kvprov_storage_server": topo.storage_address_for(i)}
         for i, vm in enumerate(topo.clients_vms, start=1)
     }
-    children: dict = {"lab_gpu_vms": {"hosts": gpu_vms}}
+    children: dict = {"lab_gpu_vms": {"vars": GPU_VM_VARS, "hosts": gpu_vms}}
     if topo.containers:
         children["lab_containers"] = {
+            "vars": CONTAINER_VARS,
             "hosts": {c.name: {"ansible_host": c.ip} for c in topo.container_hosts}}
     storage = topo.storage
     return {

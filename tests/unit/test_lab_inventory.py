@@ -15,7 +15,7 @@ def test_generated_inventory_lists_exactly_the_running_hosts():
     assert list(gpu["lab_gpu_vms"]["hosts"]) == ["kvlab-gpu1", "kvlab-gpu2"]
     assert gpu["lab_gpu_vms"]["hosts"]["kvlab-gpu2"] == {
         "ansible_host": "127.0.0.1", "ansible_port": 2222,
-        "kvprov_lab_data_ip": "10.99.2.2", "kvprov_lab_storage_ip": "10.99.2.1"}
+        "kvprov_lab_data_ip": "10.99.2.2", "kvprov_storage_server": "10.99.2.1"}
     assert gpu["lab_containers"]["hosts"]["kvlab-c3"] == {"ansible_host": "10.98.3.2"}
     assert inv["all"]["children"]["lab_storage"]["hosts"]["kvlab-storage"]["kvprov_lab_data_ips"] == [
         "10.99.1.1", "10.99.2.1"]

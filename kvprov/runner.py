@@ -1,0 +1,155 @@
+"""Run kvprov's playbooks through ansible-runner: live progress, a per-host summary, the
+failing tasks' messages in plain words, and the run's artifacts kept on disk."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvprov import paths
+
+
+@dataclass
+class HostSummary:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+
+
+@dataclass
+class Failure:
+    host: str
+    task: str
+    message: str
+    unreachable: bool = False
+
+
+@dataclass
+class RunResult:
+    rc: int
+    artifacts: Path
+    hosts: dict[str, HostSummary] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    diffs: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def unreachable(self) -> list[str]:
+        return sorted(h for h, s in self.hosts.items() if s.unreachable)
+
+    @property
+    def failed(self) -> list[str]:
+        return sorted(h for h, s in self.hosts.items() if s.failed)
+
+
+def runs_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(os.environ.get("KVPROV_RUNS_DIR", Path(base) / "kvprov" / "runs"))
+
+
+def _message(res: dict) -> str:
+    """The most useful words from a failed or unreachable result."""
+    msg = res.get("msg") or ""
+    for key in ("stderr", "module_stderr", "stdout"):
+        if not msg and res.get(key):
+            msg = res[key]
+    if isinstance(msg, list):
+        msg = "; ".join(map(str, msg))
+    results = res.get("results")
+    if not msg and isinstance(results, list):  # a loop: the failed items' messages
+        msg = "; ".join(_message(r) for r in results if isinstance(r, dict) and r.get("failed"))
+    return " ".join(str(msg).split())
+
+
+class _Printer:
+    """Progress for people: each task once, then only what changed or failed per host."""
+
+    def __init__(self, stream, result: RunResult, verbose: bool):
+        self.stream, self.result, self.verbose = stream, result, verbose
+        self.t0 = time.monotonic()
+
+    def say(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.t0:6.1f}s] {text}", file=self.stream, flush=True)
+
+    def __call__(self, event: dict) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        host = data.get("host", "")
+        task = data.get("task", "")
+        if kind == "playbook_on_task_start":
+            self.say(f"TASK {data.get('role', '') + ' : ' if data.get('role') else ''}{task}")
+        elif kind == "runner_on_ok":
+            if data.get("res", {}).get("changed"):
+                self.say(f"  changed: {host}")
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            failure = Failure(host, task, _message(data.get("res", {})))
+            self.result.failures.append(failure)
+            self.say(f"  FAILED:  {host}: {failure.message}")
+        elif kind == "runner_on_unreachable":
+            failure = Failure(host, task, _message(data.get("res", {})), unreachable=True)
+            self.result.failures.append(failure)
+            self.say(f"  UNREACHABLE: {host}: {failure.message}")
+        elif kind == "runner_on_file_diff":
+            self.result.diffs.append({"host": host, "task": task, "diff": data.get("diff")})
+        elif kind == "playbook_on_stats":
+            for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"),
+                              ("dark", "unreachable"), ("skipped", "skipped")):
+                for h, n in (data.get(key) or {}).items():
+                    setattr(self.result.hosts.setdefault(h, HostSummary()), attr, n)
+        return True  # keep the event in the artifacts
+
+
+def run(playbook: str, inventory: Path, *, name: str, extravars: dict | None = None,
+        limit: str | None = None, tags: str | None = None, check: bool = False, diff: bool = False,
+        stream=None, verbose: bool = False) -> RunResult:
+    import ansible_runner
+
+    stream = stream or sys.stderr
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    private = runs_dir() / f"{stamp}-{name}-{os.getpid()}"
+    private.mkdir(parents=True, exist_ok=True)
+    result = RunResult(rc=-1, artifacts=private)
+    printer = _Printer(stream, result, verbose)
+    cmdline = " ".join(x for x in ("--check" if check else "", "--diff" if diff else "") if x)
+    t0 = time.monotonic()
+    r = ansible_runner.run(
+        private_data_dir=str(private),
+        project_dir=str(paths.playbooks_dir()),
+        playbook=str(paths.playbooks_dir() / playbook),
+        inventory=str(Path(inventory).resolve()),
+        extravars=extravars or {},
+        limit=limit,
+        tags=tags,
+        cmdline=cmdline or None,
+        envvars={"ANSIBLE_CONFIG": str(paths.ansible_cfg()), "ANSIBLE_FORCE_COLOR": "0",
+                 "ANSIBLE_NOCOLOR": "1"},
+        event_handler=printer,
+        quiet=True,
+    )
+    result.rc = r.rc
+    result.seconds = time.monotonic() - t0
+    if r.status not in ("successful", "failed") and not result.failures:
+        tail = (private / "artifacts").glob("*/stdout")
+        text = "".join(p.read_text(errors="replace")[-3000:] for p in tail)
+        result.failures.append(Failure("-", "ansible-playbook", f"run {r.status}: {text.strip()}"))
+    return result
+
+
+def print_summary(result: RunResult, stream=None) -> None:
+    stream = stream or sys.stdout
+    if result.hosts:
+        width = max(12, *(len(h) for h in result.hosts))
+        print(f"\n{'HOST':{width}}  {'ok':>5} {'changed':>7} {'failed':>6} {'unreachable':>11} {'skipped':>7}",
+              file=stream)
+        for h in sorted(result.hosts):
+            s = result.hosts[h]
+            print(f"{h:{width}}  {s.ok:5} {s.changed:7} {s.failed:6} {s.unreachable:11} {s.skipped:7}", file=stream)
+    for f in result.failures:
+        what = "unreachable" if f.unreachable else f"task '{f.task}' failed"
+        print(f"\n{f.host}: {what}:\n  {f.message}", file=stream)
+    print(f"\nartifacts: {result.artifacts}  ({result.seconds:.1f}s)", file=stream)

@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""Ansible module: the live state of a mount point, compared with the desired one.
+
+Reads /proc/self/mountinfo (never stat()s the mount, which could hang on a hard NFS
+mount that lost its server) and scans /proc for processes using the mount.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kvprov_mount_state
+short_description: Live mount options vs desired, and who has the mount open
+options:
+  path: {type: str, required: true, description: Mount point.}
+  source: {type: str, default: "", description: Desired source (server:/export).}
+  options: {type: list, elements: str, default: [], description: Desired mount options.}
+"""
+
+import os
+
+# Options only mount(8)/systemd read; the kernel never shows them in mountinfo.
+USERSPACE_OPTIONS = ("_netdev", "auto", "noauto", "nofail", "defaults", "user", "nouser", "users")
+# Flags the kernel reports for NFS and that we can therefore compare.
+KERNEL_FLAGS = {"hard": "soft", "soft": "hard"}
+# key=value options whose live value the kernel reports for NFS.
+KERNEL_VALUES = ("vers", "proto", "port", "rsize", "wsize", "nconnect", "max_connect", "timeo",
+                 "retrans", "sec", "write", "lookupcache", "local_lock")
+
+
+def unescape(field: str) -> str:
+    """mountinfo escapes space, tab, newline and backslash as \\ooo."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def split_options(text: str) -> dict:
+    opts = {}
+    for item in text.split(","):
+        if item:
+            key, sep, value = item.partition("=")
+            opts[key] = value if sep else True
+    return opts
+
+
+def parse_mountinfo(text: str, path: str) -> dict | None:
+    """The topmost mount on `path`: {source, fstype, options} (mount + super options)."""
+    found = None
+    for line in text.splitlines():
+        fields = line.split()
+        if "-" not in fields:
+            continue
+        sep = fields.index("-")
+        if sep < 6 or len(fields) < sep + 3:
+            continue
+        if unescape(fields[4]) != path:
+            continue
+        options = split_options(fields[5])
+        options.update(split_options(fields[sep + 3] if len(fields) > sep + 3 else ""))
+        found = {"source": unescape(fields[sep + 2]), "fstype": fields[sep + 1], "options": options}
+    return found
+
+
+def differences(live: dict, source: str, desired: list) -> list:
+    """Human-readable differences between a live mount and the desired source/options."""
+    diffs = []
+    if source and live["source"] != source:
+        diffs.append(f"source: live {live['source']}, want {source}")
+    opts = live["options"]
+    for item in desired:
+        key, sep, value = item.partition("=")
+        if key in USERSPACE_OPTIONS or key.startswith("x-"):
+            continue
+        if not sep:
+            if key in KERNEL_FLAGS and key not in opts:
+                diffs.append(f"{key}: live {KERNEL_FLAGS[key] if KERNEL_FLAGS[key] in opts else 'absent'}, "
+                             f"want {key}")
+            continue
+        if key in KERNEL_VALUES and str(opts.get(key, "absent")) != value:
+            diffs.append(f"{key}: live {opts.get(key, 'absent')}, want {value}")
+    return diffs
+
+
+def open_users(path: str, proc: str = "/proc") -> list:
+    """Processes with a cwd, root, executable or open file under `path`."""
+    prefix = path.rstrip("/") + "/"
+    users = []
+    for pid in os.listdir(proc):
+        if not pid.isdigit():
+            continue
+        links = [f"{proc}/{pid}/{name}" for name in ("cwd", "root", "exe")]
+        try:
+            links += [f"{proc}/{pid}/fd/{fd}" for fd in os.listdir(f"{proc}/{pid}/fd")]
+        except OSError:
+            pass
+        for link in links:
+            try:
+                target = os.readlink(link)
+            except OSError:
+                continue
+            if target == path or target.startswith(prefix):
+                try:
+                    with open(f"{proc}/{pid}/comm") as fh:
+                        comm = fh.read().strip()
+                except OSError:
+                    comm = "?"
+                users.append(f"{pid} ({comm})")
+                break
+    return users
+
+
+def main():
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(
+        argument_spec={"path": {"type": "str", "required": True},
+                       "source": {"type": "str", "default": ""},
+                       "options": {"type": "list", "elements": "str", "default": []}},
+        supports_check_mode=True)
+    path = module.params["path"].rstrip("/") or "/"
+    with open("/proc/self/mountinfo") as fh:
+        live = parse_mountinfo(fh.read(), path)
+    if live is None:
+        module.exit_json(changed=False, mounted=False, differences=[], users=[])
+    diffs = differences(live, module.params["source"], module.params["options"])
+    module.exit_json(changed=False, mounted=True, source=live["source"], fstype=live["fstype"],
+                     options=live["options"], differences=diffs,
+                     users=open_users(path) if diffs else [])
+
+
+if __name__ == "__main__":
+    main()
