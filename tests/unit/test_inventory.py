@@ -1,0 +1,362 @@
+"""Inventory loading: groups and targets, Ansible's precedence, group_vars/host_vars,
+role defaults, where every value came from, and clean YAML errors."""
+
+import json
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvprov import inventory
+from kvprov.errors import EXIT_USAGE
+from kvprov.inventory import InventoryError
+from tests.conftest import ROOT
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+# An inventory where every level sets the same variables, so precedence shows.
+LAYERED = """
+all:
+  vars:
+    v_all: inv_all
+    v_x: inv_all
+    v_y: inv_all
+  children:
+    gpu_nodes:
+      vars:
+        v_x: inv_gpu
+        v_y: inv_gpu
+        v_z: inv_gpu
+      children:
+        a:
+          vars: {v_x: inv_a, v_y: inv_a}
+          hosts:
+            h1: {v_h: inv_host, v_z: inv_host}
+        b:
+          vars: {v_x: inv_b}
+          hosts:
+            h1:
+            h2:
+    other:
+      hosts:
+        not_a_target: {v_h: other}
+"""
+
+
+@pytest.fixture
+def layered(tmp_path):
+    inv = write(tmp_path / "inv.yml", LAYERED)
+    write(tmp_path / "group_vars/all.yml", "v_y: gv_all\n")
+    write(tmp_path / "group_vars/gpu_nodes.yml", "v_h: gv_gpu\nv_w: gv_gpu\n")
+    write(tmp_path / "group_vars/a.yaml", "v_z: gv_a\n")
+    write(tmp_path / "host_vars/h2/10-first.yml", "v_w: hv_first\nv_q: hv_first\n")
+    write(tmp_path / "host_vars/h2/20-second.yml", "v_q: hv_second\n")
+    return inv
+
+
+def values(host, prefix="v_"):
+    return {n: v.value for n, v in host.vars.items() if n.startswith(prefix)}
+
+
+def test_targets_are_the_hosts_of_gpu_nodes_and_its_children_in_file_order(layered):
+    inv = inventory.load(layered)
+    assert inv.host_names == ["h1", "h2"]  # not_a_target is in another group
+    assert inv.host("h1").groups == ["all", "gpu_nodes", "a", "b"]
+    assert inv.groups["gpu_nodes"].children == ["a", "b"]
+
+
+def test_precedence_is_ansibles(layered):
+    h1, h2 = inventory.load(layered).hosts
+    assert values(h1) == {
+        "v_all": "inv_all",
+        "v_x": "inv_b",  # b and a have the same depth: by name, b wins
+        "v_y": "gv_all",  # group_vars/all.yml beats every group var of the inventory file
+        "v_z": "inv_host",  # inventory host vars beat group_vars/<group>
+        "v_h": "inv_host",
+        "v_w": "gv_gpu",
+    }
+    assert values(h2)["v_w"] == "hv_first"  # host_vars/ beats group_vars/
+    assert values(h2)["v_q"] == "hv_second"  # files of a host_vars/<host>/ directory load sorted
+    assert values(h2)["v_z"] == "inv_gpu"
+
+
+def test_origins_name_the_file_and_line(layered, tmp_path):
+    h1, h2 = inventory.load(layered).hosts
+    assert str(h1.var("v_x").origin) == f"{layered}:18"
+    assert str(h1.var("v_z").origin) == f"{layered}:16"
+    assert str(h1.var("v_y").origin) == f"{tmp_path}/group_vars/all.yml:1"
+    assert str(h2.var("v_q").origin) == f"{tmp_path}/host_vars/h2/20-second.yml:1"
+    assert h1.origin.line == 16  # where the host is first declared
+
+
+@pytest.mark.skipif(shutil.which("ansible-inventory") is None, reason="ansible-inventory not installed")
+def test_effective_values_match_ansible_inventory(layered):
+    """Ansible itself is the reference for precedence."""
+    inv = inventory.load(layered)
+    for host in inv.hosts:
+        out = subprocess.run(["ansible-inventory", "-i", str(layered), "--host", host.name],
+                             capture_output=True, text=True, check=True, timeout=120)
+        assert values(host) == {k: v for k, v in json.loads(out.stdout).items() if k.startswith("v_")}
+
+
+def test_child_group_beats_parent_whatever_the_names(tmp_path):
+    inv = inventory.load(write(tmp_path / "inv.yml", """
+        all:
+          children:
+            zeta:
+              vars: {v: parent}
+              children:
+                gpu_nodes:
+                  vars: {v: child}
+                  hosts: {h1: }
+    """))
+    assert inv.hosts[0].value("v") == "child"
+    assert inv.hosts[0].groups == ["all", "zeta", "gpu_nodes"]
+
+
+def test_group_priority_orders_groups_of_the_same_depth(tmp_path):
+    inv = inventory.load(write(tmp_path / "inv.yml", """
+        all:
+          children:
+            gpu_nodes:
+              hosts: {h1: }
+            aaa:
+              vars: {v: aaa, ansible_group_priority: 10}
+              hosts: {h1: }
+            zzz:
+              vars: {v: zzz}
+              hosts: {h1: }
+    """))
+    assert inv.hosts[0].value("v") == "aaa"
+
+
+def test_dicts_are_replaced_not_merged(tmp_path):
+    inv = inventory.load(write(tmp_path / "inv.yml", """
+        all:
+          children:
+            gpu_nodes:
+              vars:
+                kvprov_nixl_plugins: {gds_mt: {active: true}}
+              hosts:
+                h1:
+                  kvprov_nixl_plugins: {posix: {active: true}}
+    """))
+    assert inv.hosts[0].value("kvprov_nixl_plugins") == {"posix": {"active": True}}
+
+
+def test_unset_kvprov_variables_take_the_role_defaults(layered):
+    host = inventory.load(layered).hosts[0]
+    defaults = yaml.safe_load((inventory.roles_dir() / "kvcache_mount/defaults/main.yml").read_text())
+    var = host.var("kvprov_storage_mount_point")
+    assert var.value == defaults["kvprov_storage_mount_point"]
+    assert var.origin.default and str(var.origin) == "default"
+    assert var.origin.file.endswith("roles/kvcache_mount/defaults/main.yml")
+    assert host.is_default("kvprov_storage_profile")
+    assert host.kvprov_vars()["kvprov_storage_profile"] == defaults["kvprov_storage_profile"]
+    assert "v_x" not in host.kvprov_vars()
+
+
+def test_roles_dir_is_the_repository_roles():
+    assert inventory.roles_dir() == ROOT / "roles"
+    assert (inventory.roles_dir() / "kvcache_mount/defaults/main.yml").is_file()
+
+
+def test_roles_can_come_from_elsewhere(layered, tmp_path):
+    write(tmp_path / "myroles/x/defaults/main.yml", "kvprov_x_thing: 3\nnot_kvprov: 1\n")
+    host = inventory.load(layered, roles=tmp_path / "myroles").hosts[0]
+    assert host.value("kvprov_x_thing") == 3
+    assert host.var("not_kvprov") is None  # only kvprov_* defaults are exposed
+    assert host.var("kvprov_storage_profile") is None
+
+
+def test_inventory_values_and_connection_vars(tmp_path):
+    inv = inventory.load(write(tmp_path / "inv.yml", """
+        all:
+          vars:
+            ansible_user: root
+          children:
+            gpu_nodes:
+              hosts:
+                gpu1:
+                  ansible_host: 10.1.0.1
+                  ansible_port: 2222
+                  kvprov_storage_server: 10.0.0.5
+    """))
+    host = inv.hosts[0]
+    assert host.value("kvprov_storage_server") == "10.0.0.5"
+    assert not host.is_default("kvprov_storage_server")
+    assert host.values()["ansible_port"] == 2222
+    assert host.values()["inventory_hostname"] == "gpu1"
+    assert host.values()["ansible_user"] == "root"
+
+
+def test_host_ranges_expand(tmp_path):
+    inv = inventory.load(write(tmp_path / "inv.yml", """
+        all:
+          children:
+            gpu_nodes:
+              hosts:
+                gpu[08:10].example.com: {rack: a}
+                node-[a:b]:
+    """))
+    assert inv.host_names == ["gpu08.example.com", "gpu09.example.com", "gpu10.example.com", "node-a", "node-b"]
+    assert inv.host("gpu10.example.com").value("rack") == "a"
+
+
+def test_dotted_host_names_find_their_host_vars(tmp_path):
+    inv = write(tmp_path / "inv.yml", """
+        all:
+          children:
+            gpu_nodes:
+              hosts:
+                gpu1.example.com:
+                gpu2.example.com:
+    """)
+    write(tmp_path / "host_vars/gpu1.example.com.yml", "v: with_extension\n")
+    write(tmp_path / "host_vars/gpu2.example.com", "v: without_extension\n")
+    hosts = inventory.load(inv).hosts
+    assert [h.value("v") for h in hosts] == ["with_extension", "without_extension"]
+
+
+def test_yaml_merge_keys_and_anchors(tmp_path):
+    inv = inventory.load(write(tmp_path / "inv.yml", """
+        all:
+          children:
+            gpu_nodes:
+              hosts:
+                gpu1: &common
+                  kvprov_storage_server: 10.0.0.5
+                  kvprov_storage_nfs_port: 20049
+                gpu2:
+                  <<: *common
+                  kvprov_storage_server: 10.0.0.6
+    """))
+    gpu2 = inv.host("gpu2")
+    assert gpu2.value("kvprov_storage_server") == "10.0.0.6"
+    assert gpu2.value("kvprov_storage_nfs_port") == 20049
+
+
+def test_line_of_nested_elements(tmp_path):
+    inv = inventory.load(write(tmp_path / "inv.yml", """
+        all:
+          children:
+            gpu_nodes:
+              hosts:
+                gpu1:
+                  kvprov_sglang_instances:
+                    - name: a
+                      port: 8000
+                    - name: b
+                      storage_dir: /mnt/kvcache/b
+    """))
+    var = inv.hosts[0].var("kvprov_sglang_instances")
+    assert var.origin.line == 6
+    assert var.line_of(1) == 9
+    assert var.line_of(1, "storage_dir") == 10
+    assert var.line_of(5, "nothing") == 6  # falls back to the variable's line
+
+
+def test_yaml_syntax_error_is_one_clean_line(tmp_path):
+    path = write(tmp_path / "inv.yml", """
+        all:
+          children:
+            gpu_nodes:
+              hosts:
+                gpu1: {kvprov_storage_server: 10.0.0.5
+    """)
+    with pytest.raises(InventoryError) as e:
+        inventory.load(path)
+    assert str(e.value).startswith(f"{path}:6:1: YAML error: ")
+    assert (e.value.file, e.value.line, e.value.column) == (str(path), 6, 1)
+    assert e.value.exit_code == EXIT_USAGE
+    assert "Traceback" not in str(e.value)
+
+
+def test_yaml_error_in_group_vars_names_that_file(layered, tmp_path):
+    write(tmp_path / "group_vars/b.yml", "v: [unclosed\n")
+    with pytest.raises(InventoryError, match=r"group_vars/b\.yml:2:1: YAML error: "):
+        inventory.load(layered)
+
+
+def test_unreadable_and_empty_inventories(tmp_path):
+    with pytest.raises(InventoryError, match="nope.yml: cannot read: No such file"):
+        inventory.load(tmp_path / "nope.yml")
+    with pytest.raises(InventoryError, match="is a directory"):
+        inventory.load(tmp_path)
+    with pytest.raises(InventoryError, match="the inventory is empty"):
+        inventory.load(write(tmp_path / "empty.yml", "# nothing\n"))
+    with pytest.raises(InventoryError, match=r"list.yml:1: an inventory must be a mapping of groups"):
+        inventory.load(write(tmp_path / "list.yml", "- gpu1\n"))
+
+
+def test_targets_are_required(tmp_path):
+    with pytest.raises(InventoryError, match="no group gpu_nodes") as e:
+        inventory.load(write(tmp_path / "a.yml", "all:\n  hosts:\n    gpu1:\n"))
+    assert e.value.exit_code == EXIT_USAGE
+    with pytest.raises(InventoryError, match=r"b.yml:3: group gpu_nodes has no hosts"):
+        inventory.load(write(tmp_path / "b.yml", "all:\n  children:\n    gpu_nodes:\n      vars: {x: 1}\n"))
+
+
+def test_children_loop_is_an_error(tmp_path):
+    with pytest.raises(InventoryError, match="group gpu_nodes is its own ancestor"):
+        inventory.load(write(tmp_path / "inv.yml", """
+            all:
+              children:
+                gpu_nodes:
+                  hosts: {h1: }
+                  children:
+                    rack:
+                      children:
+                        gpu_nodes:
+        """))
+
+
+def test_structural_mistakes_become_issues(tmp_path):
+    inv = inventory.load(write(tmp_path / "inv.yml", """
+        all:
+          children:
+            gpu_nodes:
+              hosts:
+                gpu1:
+                  v: 1
+                  v: 2
+            storage:
+              hostz:
+                nfs1:
+    """))
+    messages = [(p.line, p.message) for p in inv.issues]
+    assert (7, "duplicate key 'v' (first at line 6): YAML silently keeps only the last one; remove one of them") in messages
+    assert any(line == 9 and "unexpected key 'hostz'" in m and "did you mean hosts?" in m for line, m in messages)
+    assert inv.hosts[0].value("v") == 2
+
+
+def test_vars_files_for_unknown_groups_are_flagged(layered, tmp_path):
+    write(tmp_path / "group_vars/gpu_node.yml", "kvprov_storage_server: 10.0.0.5\n")
+    inv = inventory.load(layered)
+    [issue] = inv.issues
+    assert issue.severity == "warning"
+    assert issue.file == f"{tmp_path}/group_vars/gpu_node.yml"
+    assert "no group gpu_node in the inventory: Ansible ignores this file; did you mean gpu_nodes?" in issue.message
+
+
+def test_settings_list_every_place_a_variable_is_set(layered, tmp_path):
+    inv = inventory.load(layered)
+    places = {(s.group, s.host, str(s.var.origin)) for s in inv.settings if s.var.name == "v_z"}
+    assert places == {("gpu_nodes", None, f"{layered}:11"), (None, "h1", f"{layered}:16"),
+                      ("a", None, f"{tmp_path}/group_vars/a.yaml:1")}
+
+
+def test_parsing_is_pure():
+    layout = inventory.parse_inventory("all:\n  children:\n    gpu_nodes:\n      hosts:\n        g1: {x: 1}\n", "mem.yml")
+    assert list(layout.host_origins) == ["g1"]
+    assert layout.host_vars["g1"]["x"].origin == inventory.Origin("mem.yml", 5)
+    inv = inventory.resolve(layout, inventory.VarsFiles(), {}, Path("mem.yml"), Path("/none"))
+    assert inv.host_names == ["g1"] and inv.hosts[0].value("x") == 1
