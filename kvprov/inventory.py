@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 from yaml.constructor import SafeConstructor
 
+from kvprov import paths
 from kvprov.errors import EXIT_USAGE, KvprovError
 
 TARGET_GROUP = "gpu_nodes"  # kvprov configures the hosts of this group (and its children)
@@ -445,8 +446,10 @@ def resolve(layout: Layout, files: VarsFiles, defaults: dict[str, Var], path: Pa
             roles: Path, target: str = TARGET_GROUP) -> Inventory:
     """The effective variables of every target host (pure)."""
     if target not in layout.groups:
+        others = ", ".join(g for g in layout.groups if g != "all") or "none"
         raise InventoryError(f"no group {target}: kvprov configures the hosts of group {target} "
-                             f"(add them under all: children: {target}: hosts:)", layout.file)
+                             f"(add them under all: children: {target}: hosts:; groups here: {others})",
+                             layout.file)
     targets = target_hosts(layout.groups, list(layout.host_origins), target)
     if not targets:
         g = layout.groups[target]
@@ -505,8 +508,8 @@ def _unused_vars_files(layout: Layout, files: VarsFiles) -> list[Problem]:
 # ---------------------------------------------------------------------------- file I/O
 
 def roles_dir() -> Path:
-    """The Ansible roles shipped with kvprov (the repository's roles/)."""
-    return Path(__file__).resolve().parent.parent / "roles"
+    """The Ansible roles shipped with kvprov (kvprov.paths decides where they live)."""
+    return paths.roles_dir()
 
 
 def read_text(path: Path) -> str:
