@@ -13,6 +13,7 @@ from kvprov.errors import EXIT_USAGE, KvprovError
 
 # Modules that each add one command (their `add_parser(subparsers)`), in help order.
 COMMANDS = [
+    "kvprov.check",
     "kvprov.lab.cli",
 ]
 

@@ -1,0 +1,787 @@
+"""`kvprov check INVENTORY`: validate an inventory before any host is contacted.
+
+Types and choices come from the roles' meta/argument_specs.yml (the variable contract);
+this module adds what a spec cannot say: misspelt names, ranges, paths, and rules that
+span several variables or several hosts. Every problem names the file, line, host and
+variable, and says how to fix it.
+
+Three kinds of rules:
+- setting rules look at one variable where it is set (a group or host, in the inventory
+  file or in group_vars/host_vars), so a mistake in a group is reported once;
+- host rules look at a target host's effective values (role defaults included);
+- fleet rules look at all target hosts together (shared NIXL storage directories).
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+import posixpath
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from kvprov import inventory
+from kvprov.errors import EXIT_OK, EXIT_USAGE
+from kvprov.inventory import Host, Inventory, InventoryError, Problem, Setting, Var
+
+__all__ = ["Problem", "VarSpec", "check", "read_specs", "add_parser"]
+
+NFS_PROFILES = ("netapp_pnfs_rdma", "nfs_tcp")
+PROFILE_PROTOS = {"netapp_pnfs_rdma": ("rdma", "rdma6"), "nfs_tcp": ("tcp", "tcp6")}
+NIXL_PLUGINS = ("gds_mt", "gds", "posix", "obj")
+INSTANCE_KEYS = ("name", "port", "cuda_visible_devices", "storage_dir")
+INSTANCE_NAME = re.compile(r"[a-z0-9_-]+")
+SIMPLE_PATH = re.compile(r"/[A-Za-z0-9_./-]+")
+TRUE_FALSE_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n"}
+
+
+# ---------------------------------------------------------------------------- specs
+
+@dataclass(frozen=True)
+class VarSpec:
+    """One option of a role's argument spec."""
+
+    name: str
+    role: str
+    type: str = "str"  # Ansible's default type
+    elements: str | None = None
+    choices: tuple[Any, ...] | None = None
+
+
+def read_specs(roles: Path) -> dict[str, VarSpec]:
+    """Every option of every role's meta/argument_specs.yml (all entry points)."""
+    specs: dict[str, VarSpec] = {}
+    for path in sorted(roles.glob("*/meta/argument_specs.y*ml")):
+        data = yaml.safe_load(inventory.read_text(path)) or {}
+        for entry in (data.get("argument_specs") or {}).values():
+            for name, opt in ((entry or {}).get("options") or {}).items():
+                opt = opt or {}
+                choices = opt.get("choices")
+                specs[name] = VarSpec(name, path.parent.parent.name, opt.get("type", "str"),
+                                      opt.get("elements"), tuple(choices) if choices else None)
+    return specs
+
+
+# ---------------------------------------------------------------------------- describing values
+
+def describe(value: Any, raw: str | None = None) -> str:
+    """How a value reads in a message: the string "x", the integer 8, the boolean true ..."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"the boolean {raw or str(value).lower()}"
+    if isinstance(value, str):
+        return f'the string "{value}"'
+    if isinstance(value, (int, float)):
+        return f"the number {raw or value}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _raw(node: yaml.Node | None) -> str | None:
+    return node.value if isinstance(node, yaml.ScalarNode) else None
+
+
+def _sub_node(var: Var, *path: str | int) -> yaml.Node | None:
+    node = var.node
+    for step in path:
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in reversed(node.value) if _raw(k) == str(step)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) and step < len(node.value):
+            node = node.value[step]
+        else:
+            return None
+    return node
+
+
+def is_template(value: Any) -> bool:
+    """A Jinja expression: only Ansible knows its value, so kvprov does not judge it."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def type_error(value: Any, type_: str, raw: str | None = None) -> str | None:
+    """Why `value` is not of Ansible spec type `type_`, with the fix; None when it is."""
+    got = describe(value, raw)
+    if type_ in ("str", "path"):
+        if isinstance(value, str):
+            return None
+        if isinstance(value, (bool, int, float)) and raw is not None:
+            return f'expected a string, got {got}: quote it ("{raw}")'
+        return f'expected a string, got {got}' + (': give a value, or "" for empty' if value is None else "")
+    if type_ == "bool":
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, str) and value.strip().lower() in TRUE_FALSE_WORDS:
+            return (f"expected a boolean, got {got} (a boolean given as a string): "
+                    f"write {value.strip().lower()} without quotes")
+        return f"expected a boolean (true or false), got {got}"
+    if type_ == "int":
+        if is_int(value):
+            return None
+        if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+            return f"expected an integer, got {got}: write {value.strip()} without quotes"
+        return f"expected an integer, got {got}"
+    if type_ == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return None
+        return f"expected a number, got {got}"
+    if type_ == "list":
+        if isinstance(value, list):
+            return None
+        if isinstance(value, str):
+            return f"expected a list, got {got}: write [{value}]"
+        return f"expected a list, got {got}"
+    if type_ == "dict":
+        return None if isinstance(value, dict) else f"expected a mapping, got {got}"
+    return None  # raw, json, ...: anything goes
+
+
+# ---------------------------------------------------------------------------- findings
+
+@dataclass(frozen=True)
+class Finding:
+    """A problem with one variable's value; `path` leads to the offending element."""
+
+    message: str
+    path: tuple[str | int, ...] = ()
+    severity: str = "error"
+
+
+def spec_findings(var: Var, spec: VarSpec) -> list[Finding]:
+    """Type, element type and choices, from the argument spec."""
+    error = type_error(var.value, spec.type, _raw(var.node))
+    if error:
+        return [Finding(error)]
+    out = []
+    if spec.type == "list" and spec.elements:
+        for i, item in enumerate(var.value):
+            error = type_error(item, spec.elements, _raw(_sub_node(var, i)))
+            if error:
+                out.append(Finding(f"item {i + 1}: {error}", (i,)))
+    if not out and spec.choices and var.value not in spec.choices:
+        choices = ", ".join(str(c) for c in spec.choices)
+        out.append(Finding(f"must be one of {choices}; got {describe(var.value, _raw(var.node))}"
+                           + _did_you_mean(str(var.value), [str(c) for c in spec.choices])))
+    return out
+
+
+def _did_you_mean(word: str, choices: list[str], cutoff: float = 0.75) -> str:
+    lowered = {c.lower(): c for c in choices}
+    if word.lower() in lowered:
+        return f"; did you mean {lowered[word.lower()]}?"
+    match = difflib.get_close_matches(word, choices, n=1, cutoff=cutoff)
+    return f"; did you mean {match[0]}?" if match else ""
+
+
+# ---- ranges
+
+def int_range(lo: int, hi: int | None = None, multiple: int | None = None, note: str = "") -> Callable:
+    def rule(value: int) -> list[Finding]:
+        if value < lo or (hi is not None and value > hi):
+            span = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+            return [Finding(f"{value} is out of range: must be {span}{note}")]
+        if multiple and value % multiple:
+            return [Finding(f"{value} is not a multiple of {multiple}: use e.g. "
+                            f"{max(multiple, value // multiple * multiple)}")]
+        return []
+    return rule
+
+
+# ---- paths
+
+def absolute_path(value: str) -> list[Finding]:
+    if not value.startswith("/"):
+        return [Finding(f'"{value}" is not an absolute path: start it with /')]
+    return []
+
+
+def mount_point(value: str) -> list[Finding]:
+    if value == "/" or not SIMPLE_PATH.fullmatch(value):
+        return [Finding(f'"{value}" must be a plain absolute path other than / '
+                        "(letters, digits, _ . / - only), e.g. /mnt/kvcache")]
+    if ".." in value.split("/"):
+        return [Finding(f'"{value}" must not contain ..')]
+    if posixpath.normpath(value) != value:
+        return [Finding(f'"{value}" is not written plainly: use {posixpath.normpath(value)}')]
+    return []
+
+
+# ---- storage settings
+
+def parse_mount_options(items: list[str]) -> list[tuple[str, str | None, int]]:
+    """(key, value or None, list index) of every option of kvprov_storage_extra_options."""
+    out = []
+    for i, item in enumerate(items):
+        for option in item.split(","):
+            option = option.strip()
+            if option:
+                key, sep, val = option.partition("=")
+                out.append((key.strip().lower(), val.strip() if sep else None, i))
+    return out
+
+
+REPLACED_OPTIONS = {
+    "vers": "kvprov_storage_nfs_version",
+    "nfsvers": "kvprov_storage_nfs_version",
+    "minorversion": "kvprov_storage_nfs_version",
+    "port": "kvprov_storage_nfs_port",
+    "rsize": "kvprov_storage_rsize",
+    "wsize": "kvprov_storage_wsize",
+}
+
+
+def extra_options(value: list) -> list[Finding]:
+    out = []
+    for key, val, i in parse_mount_options([v for v in value if isinstance(v, str)]):
+        if key not in REPLACED_OPTIONS:
+            continue
+        option = key if val is None else f"{key}={val}"
+        msg = f'"{option}" is set by {REPLACED_OPTIONS[key]}: remove it from the extra options and set that variable'
+        if (key in ("vers", "nfsvers") and val in ("4", "4.0")) or (key == "minorversion" and val == "0"):
+            msg += " (\"4.1\" or \"4.2\"); NFSv4.0 cannot do pNFS" + (
+                " and vers=4 can land on 4.0" if val == "4" else "")
+        out.append(Finding(msg, (i,)))
+    return out
+
+
+def storage_server(value: str) -> list[Finding]:
+    if "/" in value or value.endswith(":"):
+        return [Finding(f'"{value}" must be only the server address (the NetApp data LIF); '
+                        "put the path in kvprov_storage_export")]
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        return []
+    if address.version == 6:
+        return [Finding(f'"{value}" is an IPv6 address: write it in brackets, "[{value}]" '
+                        "(the mount source is SERVER:EXPORT)")]
+    return []
+
+
+# ---- NIXL
+
+def nixl_plugins(value: dict) -> list[Finding]:
+    out = []
+    for name, table in value.items():
+        if name not in NIXL_PLUGINS:
+            out.append(Finding(f'unknown NIXL plugin "{name}" (known: {", ".join(NIXL_PLUGINS)})'
+                               + _did_you_mean(str(name), list(NIXL_PLUGINS)), (name,)))
+        if not isinstance(table, dict):
+            out.append(Finding(f"[plugin.{name}] must be a table of settings (a mapping), got "
+                               f"{describe(table)}", (name,)))
+            continue
+        out += _plugin_table(name, table)
+    active = [n for n, t in value.items() if isinstance(t, dict) and t.get("active") is True]
+    if not active:
+        out.append(Finding("no plugin has active: true: SGLang crashes at start with no active plugin; "
+                           "set active: true on exactly one (e.g. gds_mt)"))
+    elif len(active) > 1:
+        out.append(Finding(f"plugins {' and '.join(active)} all have active: true: exactly one may be "
+                           "active; set active: false on the others", (active[1], "active")))
+    return out
+
+
+def _plugin_table(name: str, table: dict) -> list[Finding]:
+    out = []
+    for key, v in table.items():
+        if v is None or isinstance(v, (list, dict)):
+            out.append(Finding(f"[plugin.{name}] {key}: values must be scalars (string, number, "
+                               f"boolean), got {describe(v)}", (name, key)))
+    if "active" in table and not isinstance(table["active"], bool):
+        out.append(Finding(f"[plugin.{name}] active: {type_error(table['active'], 'bool')}",
+                           (name, "active")))
+    count = table.get("thread_count")
+    if "thread_count" in table and not (is_int(count) and count > 0):
+        out.append(Finding(f"[plugin.{name}] thread_count: expected a positive integer, got "
+                           f"{describe(count)}", (name, "thread_count")))
+    return out
+
+
+def nixl_backend_options(value: dict) -> list[Finding]:
+    out = []
+    for key, v in value.items():
+        if key in ("use_direct_io", "l3_cleaner_enabled") and not isinstance(v, bool):
+            out.append(Finding(f"{key}: {type_error(v, 'bool')}", (key,)))
+        elif v is None or isinstance(v, dict):
+            out.append(Finding(f"{key}: {describe(v)} has no TOML form here: give a scalar or a list", (key,)))
+    return out
+
+
+# ---- SGLang instances
+
+def sglang_instances(value: list) -> list[Finding]:
+    if not value:
+        return [Finding("no instances: list at least one ({name: main, port: 8000})")]
+    out: list[Finding] = []
+    names: dict[str, int] = {}
+    ports: dict[int, int] = {}
+    for i, inst in enumerate(value):
+        if isinstance(inst, dict):
+            out += _instance(i, inst, names, ports)
+    return out
+
+
+def _instance(i: int, inst: dict, names: dict[str, int], ports: dict[int, int]) -> list[Finding]:
+    """One instance's keys; `names`/`ports` collect what earlier instances use."""
+    n = i + 1
+    name, port = inst.get("name"), inst.get("port")
+    valid_name = isinstance(name, str) and INSTANCE_NAME.fullmatch(name) is not None
+    label = f"instance {name}" if valid_name and name not in names else f"instance {n}"
+    out = [Finding(f'{label}: unknown key "{key}" (known: {", ".join(INSTANCE_KEYS)})'
+                   + _did_you_mean(str(key), list(INSTANCE_KEYS)), (i, key))
+           for key in inst if key not in INSTANCE_KEYS]
+    if "name" not in inst:
+        out.append(Finding(f"{label}: no name (it names kvprov-sglang-<name>.service)", (i,)))
+    elif not valid_name:
+        out.append(Finding(f"{label}: name must be lower-case letters, digits, _ or - "
+                           f"(it names the unit and the storage directory), got {describe(name)}", (i, "name")))
+    elif name in names:
+        out.append(Finding(f'{label}: name "{name}" is already used by instance {names[name]}', (i, "name")))
+    else:
+        names[name] = n
+    if "port" not in inst:
+        out.append(Finding(f"{label}: no port (the --port it serves on)", (i,)))
+    elif not is_int(port):
+        out.append(Finding(f"{label}: port: {type_error(port, 'int')}", (i, "port")))
+    elif not 1 <= port <= 65535:
+        out.append(Finding(f"{label}: port {port} is out of range: must be 1..65535", (i, "port")))
+    elif port in ports:
+        out.append(Finding(f"{label}: port {port} is already used by instance {ports[port]}", (i, "port")))
+    else:
+        ports[port] = n
+    devices = inst.get("cuda_visible_devices")
+    if "cuda_visible_devices" in inst and not isinstance(devices, str):
+        error = type_error(devices, "str", _plain(devices))
+        out.append(Finding(f"{label}: cuda_visible_devices: {error}", (i, "cuda_visible_devices")))
+    if "storage_dir" in inst:
+        out += [Finding(f"{label}: storage_dir {m}", (i, "storage_dir")) for m in storage_dir_errors(inst["storage_dir"])]
+    return out
+
+
+def _plain(value: Any) -> str | None:
+    return str(value).lower() if isinstance(value, bool) else (str(value) if isinstance(value, (int, float)) else None)
+
+
+def storage_dir_errors(value: Any) -> list[str]:
+    """What is wrong with an instance's storage_dir on its own (the host rules do the rest)."""
+    if not isinstance(value, str):
+        return [type_error(value, "str") or ""]
+    if not value.startswith("/"):
+        return [f'"{value}" is not an absolute path: start it with / (it must lie under '
+                "kvprov_storage_mount_point)"]
+    if ".." in value.split("/"):
+        return [f'"{value}" must not contain ..']
+    return []
+
+
+# ---- GDS
+
+def ip_addresses(value: list) -> list[Finding]:
+    out = []
+    for i, item in enumerate(value):
+        try:
+            ipaddress.ip_address(str(item))
+        except ValueError:
+            out.append(Finding(f'item {i + 1}: "{item}" is not an IP address (cuFile wants the IP '
+                               "addresses of the host's RDMA NICs)", (i,)))
+    return out
+
+
+# One variable's own rules (after its spec type has been checked).
+VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
+    "kvprov_storage_nfs_port": int_range(0, 65535, note=" (0 takes the profile's port: 20049 RDMA, 2049 TCP)"),
+    "kvprov_storage_rsize": int_range(4096, 1048576, 4096),
+    "kvprov_storage_wsize": int_range(4096, 1048576, 4096),
+    "kvprov_storage_max_connect": int_range(1, 16),
+    "kvprov_storage_nconnect": int_range(0, 16, note=" (0 leaves nconnect unset)"),
+    "kvprov_storage_mount_timeout": int_range(1, note=" (seconds)"),
+    "kvprov_sglang_tp_size": int_range(1),
+    "kvprov_sglang_page_size": int_range(1),
+    "kvprov_sglang_hicache_size": int_range(0, note=" (GB of host DRAM per TP rank)"),
+    "kvprov_storage_mount_point": mount_point,
+    "kvprov_storage_server": storage_server,
+    "kvprov_storage_extra_options": extra_options,
+    "kvprov_nixl_config_path": absolute_path,
+    "kvprov_nixl_venv": absolute_path,
+    "kvprov_sglang_venv": absolute_path,
+    "kvprov_sglang_home": absolute_path,
+    "kvprov_gds_cufile_path": absolute_path,
+    "kvprov_nixl_plugins": nixl_plugins,
+    "kvprov_nixl_backend_options": nixl_backend_options,
+    "kvprov_sglang_instances": sglang_instances,
+    "kvprov_gds_rdma_dev_addr_list": ip_addresses,
+}
+
+
+# ---------------------------------------------------------------------------- setting rules
+
+def check_setting(setting: Setting, specs: dict[str, VarSpec]) -> list[Problem]:
+    """One variable where it is set: its name, its type, its own value rules."""
+    var = setting.var
+    name = var.name
+    if name.startswith("kvprov_lab_"):  # the lab's informational variables
+        return []
+    if not name.startswith("kvprov_"):
+        return [_problem(setting, f) for f in misnamed_variable(name, specs)]
+    spec = specs.get(name)
+    if spec is None:
+        return [_problem(setting, Finding("not a variable of any kvprov role (Ansible would silently "
+                                          "ignore it)" + _did_you_mean(name, list(specs))))]
+    if is_template(var.value):
+        return []
+    findings = spec_findings(var, spec)
+    if not findings and name in VALUE_RULES:
+        findings = VALUE_RULES[name](var.value)
+    return [_problem(setting, f) for f in findings]
+
+
+def misnamed_variable(name: str, specs: dict[str, VarSpec]) -> list[Finding]:
+    """A non-kvprov_ name that looks like a kvprov variable (kvprv_..., storage_server, _kvprov_...)."""
+    if name.startswith("_kvprov_"):
+        return [Finding("the roles' internal variables (roles/*/vars/main.yml) cannot be set from the "
+                        "inventory (role vars win); set the kvprov_* variables instead")]
+    if f"kvprov_{name}" in specs:
+        return [Finding(f"did you mean kvprov_{name}? (kvprov's variables start with kvprov_)", severity="warning")]
+    match = difflib.get_close_matches(name.lower(), list(specs), n=1, cutoff=0.88)
+    if match:
+        return [Finding(f"not a kvprov variable, but close to one: did you mean {match[0]}?")]
+    return []
+
+
+def _problem(setting: Setting, finding: Finding) -> Problem:
+    var = setting.var
+    return Problem(var.origin.file, var.line_of(*finding.path), setting.host, var.name,
+                   finding.message, finding.severity)
+
+
+# ---------------------------------------------------------------------------- host rules
+
+class HostView:
+    """A target host's effective values, each usable only if it has its spec's type."""
+
+    def __init__(self, host: Host, specs: dict[str, VarSpec]):
+        self.host, self.specs = host, specs
+
+    def get(self, name: str) -> Any:
+        """The value, or None when it is missing, a template, or of the wrong type."""
+        var = self.host.var(name)
+        if var is None or is_template(var.value):
+            return None
+        spec = self.specs.get(name)
+        if spec and spec_findings(var, spec):
+            return None
+        return var.value
+
+    def location(self, name: str, *path: str | int) -> tuple[str, int]:
+        """Where the variable is set, or where the host is declared when it is a role default."""
+        var = self.host.var(name)
+        if var is None or var.origin.default:
+            return self.host.origin.file, self.host.origin.line
+        return var.origin.file, var.line_of(*path)
+
+    def problem(self, name: str, message: str, *path: str | int, severity: str = "error") -> Problem:
+        file, line = self.location(name, *path)
+        return Problem(file, line, self.host.name, name, message, severity)
+
+
+def check_host(host: Host, specs: dict[str, VarSpec]) -> list[Problem]:
+    """The rules that span several of one host's variables (storage dirs: see storage_dirs)."""
+    h = HostView(host, specs)
+    profile = h.get("kvprov_storage_profile")
+    out: list[Problem] = []
+    if profile in NFS_PROFILES:
+        out += _nfs_server_and_export(h, profile)
+        out += _protocol(h, profile)
+        out += _nconnect_and_trunking(h)
+    if profile == "local" and h.get("kvprov_storage_pnfs_layout") not in (None, "none"):
+        out.append(h.problem("kvprov_storage_pnfs_layout",
+                             f"{h.get('kvprov_storage_pnfs_layout')} has no meaning for profile local "
+                             "(no NFS): set kvprov_storage_pnfs_layout: none", severity="warning"))
+    return out
+
+
+def _nfs_server_and_export(h: HostView, profile: str) -> list[Problem]:
+    out = []
+    server = h.get("kvprov_storage_server")
+    if isinstance(server, str) and not server.strip():
+        unset = " (not set in the inventory)" if h.host.is_default("kvprov_storage_server") else ""
+        out.append(h.problem("kvprov_storage_server",
+                             f"empty{unset}, but profile {profile} mounts NFS: set it to the NFS server "
+                             "(the NetApp data LIF's IP address or DNS name)"))
+    export = h.get("kvprov_storage_export")
+    if isinstance(export, str) and not export.startswith("/"):
+        out.append(h.problem("kvprov_storage_export",
+                             f'"{export}" is not an absolute path: the junction path starts with / (e.g. /kvcache)'))
+    return out
+
+
+def _options(h: HostView) -> list[tuple[str, str | None, int]]:
+    items = h.get("kvprov_storage_extra_options") or []
+    return parse_mount_options([v for v in items if isinstance(v, str) and not is_template(v)])
+
+
+def _protocol(h: HostView, profile: str) -> list[Problem]:
+    """proto= belongs to the profile; the kvcache_mount role rejects it in the extra options."""
+    out = []
+    own, ipv6 = PROFILE_PROTOS[profile]
+    other = "nfs_tcp" if profile == "netapp_pnfs_rdma" else "netapp_pnfs_rdma"
+    for key, val, i in _options(h):
+        if key != "proto":
+            continue
+        if val == own:
+            msg = f'"proto={val}" is already set by profile {profile}: remove it from the extra options'
+        elif val == ipv6:
+            msg = (f'"proto={val}" (IPv6) cannot be given here: the kvcache_mount role sets proto={own} '
+                   "itself and rejects proto= in the extra options")
+        elif val in PROFILE_PROTOS[other]:
+            msg = (f'"proto={val}" contradicts profile {profile} (proto={own}): remove it, or set '
+                   f"kvprov_storage_profile: {other}")
+        else:
+            msg = f'"proto={val}" contradicts profile {profile} (proto={own}): remove it'
+        out.append(h.problem("kvprov_storage_extra_options", msg, i))
+    return out
+
+
+def _nconnect_and_trunking(h: HostView) -> list[Problem]:
+    """nconnect and session trunking exclude each other; the extra options must not bypass
+    or duplicate the variables (the role adds nconnect=/max_connect=/trunkdiscovery itself)."""
+    out = []
+    nconnect, trunking, max_connect = (h.get("kvprov_storage_nconnect"), h.get("kvprov_storage_trunking"),
+                                       h.get("kvprov_storage_max_connect"))
+    if nconnect is None or trunking is None:
+        return out
+    # What the role puts on the mount: auto = none with nconnect, else max_connect/trunkdiscovery by OS.
+    role_trunking = ("none" if nconnect > 0 else "max_connect or trunkdiscovery") if trunking == "auto" else trunking
+    extra = {key: (val, i) for key, val, i in _options(h) if key in ("nconnect", "max_connect", "trunkdiscovery")}
+    var = "kvprov_storage_extra_options"
+    if "nconnect" in extra:
+        val, i = extra["nconnect"]
+        if nconnect > 0:
+            out.append(h.problem(var, f'"nconnect={val}" conflicts with kvprov_storage_nconnect: {nconnect} '
+                                      "(the mount would get both): remove it from the extra options", i))
+        elif role_trunking != "none":
+            out.append(h.problem(var, f'"nconnect={val}" is combined with session trunking '
+                                      f"(kvprov_storage_trunking: {trunking} gives {role_trunking}): set "
+                                      f"kvprov_storage_nconnect: {val} instead (auto trunking then turns off)", i))
+    for key in ("max_connect", "trunkdiscovery"):
+        if key in extra and role_trunking != "none":
+            val, i = extra[key]
+            option = key if val is None else f"{key}={val}"
+            fix = f"kvprov_storage_trunking: {key}" + (f" and kvprov_storage_max_connect: {val}" if val else "")
+            out.append(h.problem(var, f'"{option}" conflicts with kvprov_storage_trunking: {trunking} (the '
+                                      f"role adds {role_trunking} itself): set {fix} instead", i))
+    explicit = trunking in ("max_connect", "trunkdiscovery")
+    extra_trunking = [k for k in ("max_connect", "trunkdiscovery") if k in extra]
+    if nconnect > 0 and (explicit or extra_trunking):
+        how = (f"kvprov_storage_trunking: {trunking}" if explicit
+               else f'"{extra_trunking[0]}" in kvprov_storage_extra_options')
+        out.append(h.problem("kvprov_storage_nconnect",
+                             f"nconnect {nconnect} together with session trunking ({how}): use one or the "
+                             "other (NetApp: with both, only the metadata server benefits); set "
+                             "kvprov_storage_trunking: none to keep nconnect, or kvprov_storage_nconnect: 0"))
+    return out
+
+
+# ---- NIXL storage directories
+
+@dataclass
+class StorageDir:
+    """One SGLang instance's NIXL storage directory on a host."""
+
+    host: str
+    instance: str
+    path: str  # normalized absolute path on the host
+    volume: tuple[str, str]  # ("nfs", server) or ("local", host): who else can see it
+    volume_path: str  # the path within that volume's namespace (server path for NFS)
+    export: str
+    location: tuple[str, int]  # file, line to report at
+    problems: list[Problem]
+
+
+def storage_dirs(h: HostView) -> list[StorageDir]:
+    """Every valid instance's storage dir, with the problems of the dir on its own."""
+    profile, mount = h.get("kvprov_storage_profile"), h.get("kvprov_storage_mount_point")
+    instances = h.get("kvprov_sglang_instances")
+    if profile is None or not isinstance(mount, str) or mount_point(mount) or not instances:
+        return []
+    server = str(h.get("kvprov_storage_server") or "").strip().lower()
+    export = posixpath.normpath(h.get("kvprov_storage_export") or "/")
+    out = []
+    seen = set()
+    for i, inst in enumerate(instances):
+        name, given = inst.get("name"), inst.get("storage_dir")
+        if not (isinstance(name, str) and INSTANCE_NAME.fullmatch(name)) or name in seen:
+            continue  # reported by the setting rules
+        seen.add(name)
+        if "storage_dir" in inst and storage_dir_errors(given):
+            continue
+        path = posixpath.normpath(given or f"{mount}/{h.host.name}/{name}")
+        at = (i, "storage_dir") if given else (i,)
+        d = StorageDir(h.host.name, name, path, ("local", h.host.name), path, export,
+                       h.location("kvprov_sglang_instances", *at), [])
+        rel = posixpath.relpath(path, mount)
+        if rel == "." or rel.startswith(".."):
+            d.problems.append(_outside_mount(h, name, given, path, mount, rel == ".", at))
+            out.append(d)
+            continue
+        if profile in NFS_PROFILES:
+            d.volume, d.volume_path = ("nfs", server), posixpath.normpath(f"{export}/{rel}")
+        out.append(d)
+    return out
+
+
+def _outside_mount(h: HostView, name: str, given: str | None, path: str, mount: str, is_mount: bool,
+                   at: tuple) -> Problem:
+    shown = f'"{given}"' if given == path else f'"{given}" (that is {path})'
+    if is_mount:
+        msg = (f"instance {name}: storage_dir {shown} is the mount point itself: NIXL's clear() would wipe "
+               f"the whole volume; use a directory below it, e.g. {mount}/{h.host.name}/{name}")
+    else:
+        msg = (f"instance {name}: storage_dir {shown} is not under kvprov_storage_mount_point {mount}: "
+               f"the engine's third tier would be on local disk; use e.g. {mount}/{h.host.name}/{name} "
+               "or drop storage_dir")
+    return h.problem("kvprov_sglang_instances", msg, *at)
+
+
+def shared_storage_dirs(dirs: list[StorageDir]) -> list[Problem]:
+    """Two instances whose storage dirs are the same or nested on the same volume: NIXL's
+    clear() in one wipes the other's files. Different NFS servers with the same export path
+    may be LIFs of one SVM: a warning."""
+    out = []
+    usable = [d for d in dirs if not d.problems]
+    by_volume: dict[tuple[str, str], list[StorageDir]] = {}
+    for d in usable:
+        by_volume.setdefault(d.volume, []).append(d)
+    for group in by_volume.values():
+        out += [_shared(a, b, "error") for a, b in _overlapping(group, lambda d: d.volume_path)]
+    by_export: dict[str, list[StorageDir]] = {}
+    for d in usable:
+        if d.volume[0] == "nfs":
+            by_export.setdefault(d.export, []).append(d)
+    for group in by_export.values():
+        out += [_shared(a, b, "warning") for a, b in _overlapping(group, lambda d: d.volume_path)
+                if a.volume != b.volume]
+    return out
+
+
+def _overlapping(dirs: list[StorageDir], key: Callable[[StorageDir], str]):
+    """Pairs (a, b) where b's path equals a's or lies inside it."""
+    items = sorted(dirs, key=lambda d: key(d).split("/"))
+    for i, a in enumerate(items):
+        for b in items[i + 1:]:
+            pa, pb = key(a), key(b)
+            if pb != pa and not pb.startswith(pa.rstrip("/") + "/"):
+                break
+            yield a, b
+
+
+def _shared(a: StorageDir, b: StorageDir, severity: str) -> Problem:
+    if a.volume[0] == "local":
+        where = "on the local disk"
+    elif severity == "error":
+        where = f"on {a.volume[1]}:{a.export}"
+    else:
+        where = (f"on {b.volume[1]}:{b.export} and {a.volume[1]}:{a.export}, the same volume if both "
+                 "servers are data LIFs of one SVM")
+    other = f"host {a.host} instance {a.instance}'s storage dir"
+    relation = (f"is also {other}" if a.volume_path == b.volume_path else f"lies inside {other} {a.path}")
+    msg = (f"instance {b.instance}: storage dir {b.path} {relation} {where}: NIXL's clear() would wipe "
+           "the other's files; give every instance its own directory (without storage_dir each gets "
+           "<mount point>/<host>/<name>)")
+    return Problem(b.location[0], b.location[1], b.host, "kvprov_sglang_instances", msg, severity)
+
+
+# ---------------------------------------------------------------------------- check
+
+def check(inv: Inventory, specs: dict[str, VarSpec] | None = None) -> list[Problem]:
+    """Every problem of an inventory, sorted by file and line. Contacts no host."""
+    specs = specs if specs is not None else read_specs(inv.roles)
+    problems = list(inv.issues)
+    for setting in inv.settings:
+        problems += check_setting(setting, specs)
+    dirs: list[StorageDir] = []
+    for host in inv.hosts:
+        problems += check_host(host, specs)
+        dirs += storage_dirs(HostView(host, specs))
+    problems += [p for d in dirs for p in d.problems]
+    problems += shared_storage_dirs(dirs)
+    return sorted(_unique(problems), key=lambda p: (p.file or "", p.line or 0, p.host or "", p.message))
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    return list(dict.fromkeys(problems))
+
+
+def has_errors(problems: list[Problem]) -> bool:
+    return any(p.severity == "error" for p in problems)
+
+
+# ---------------------------------------------------------------------------- output
+
+def format_lines(problems: list[Problem], max_hosts: int = 5) -> list[str]:
+    """One line per problem; the same problem on several hosts (a group setting) is one line."""
+    merged: dict[Problem, list[str]] = {}
+    for p in problems:
+        key = Problem(p.file, p.line, None, p.variable, p.message, p.severity, p.column)
+        merged.setdefault(key, [])
+        if p.host:
+            merged[key].append(p.host)
+    lines = []
+    for p, hosts in merged.items():
+        label = None
+        if hosts:
+            label = ("host " if len(hosts) == 1 else "hosts ") + ", ".join(hosts[:max_hosts])
+            if len(hosts) > max_hosts:
+                label += f" and {len(hosts) - max_hosts} more"
+        lines.append(p.format(label))
+    return lines
+
+
+def summary(path: str, hosts: list[str], problems: list[Problem]) -> str:
+    errors = sum(p.severity == "error" for p in problems)
+    warnings = len(problems) - errors
+    verdict = "OK" if not errors else "fix the errors before deploying"
+    return (f"{path}: {len(hosts)} host(s) checked, {errors} error(s), {warnings} warning(s): {verdict}")
+
+
+def run(path: str) -> tuple[list[str], list[Problem]]:
+    """Load and check an inventory: (target host names, problems). Never raises for a bad inventory."""
+    try:
+        inv = inventory.load(path)
+    except InventoryError as e:
+        return [], [Problem(e.file, e.line, None, None, e.detail, "error", e.column)]
+    return inv.host_names, check(inv)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("check", help="validate an inventory (contacts no host)",
+                       description="Check an inventory against the roles' variable contract and "
+                                   "kvprov's rules; one line per problem. Contacts no host. "
+                                   "Exit 0: no errors (warnings allowed); 2: errors.")
+    p.add_argument("inventory", help="the YAML inventory file (group_vars/ and host_vars/ next to it are read)")
+    p.add_argument("--json", action="store_true", help='print {"ok", "hosts", "problems"} as JSON')
+    p.set_defaults(func=cmd_check)
+
+
+def cmd_check(args) -> int:
+    hosts, problems = run(args.inventory)
+    ok = not has_errors(problems)
+    if args.json:
+        print(json.dumps({"ok": ok, "hosts": hosts, "problems": [asdict(p) for p in problems]}, indent=2))
+    else:
+        for line in format_lines(problems):
+            print(line)
+        print(summary(args.inventory, hosts, problems))
+    return EXIT_OK if ok else EXIT_USAGE
