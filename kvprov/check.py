@@ -83,7 +83,7 @@ def describe(value: Any, raw: str | None = None) -> str:
         return "a list"
     if isinstance(value, dict):
         return "a mapping"
-    return f"{type(value).__name__} {value!r}"
+    return f"the {type(value).__name__} {raw or value}"  # e.g. a YAML timestamp: the date 2024-01-01
 
 
 def _raw(node: yaml.Node | None) -> str | None:
@@ -117,7 +117,7 @@ def type_error(value: Any, type_: str, raw: str | None = None) -> str | None:
     if type_ in ("str", "path"):
         if isinstance(value, str):
             return None
-        if isinstance(value, (bool, int, float)) and raw is not None:
+        if value is not None and raw is not None:  # a scalar YAML read as a number, boolean, date
             return f'expected a string, got {got}: quote it ("{raw}")'
         return f'expected a string, got {got}' + (': give a value, or "" for empty' if value is None else "")
     if type_ == "bool":

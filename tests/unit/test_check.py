@@ -252,7 +252,8 @@ def test_json_output(tmp_path):
     assert set(report) == {"ok", "hosts", "problems"}
     assert report["ok"] is False and report["hosts"] == ["gpu7"]
     port = next(p for p in report["problems"] if p["variable"] == "kvprov_storage_nfs_port")
-    assert port == {"file": rel(INVENTORIES / "bad/types.yml"), "line": 25, "host": "gpu7",
+    line = next(n for n, fragment in expectations(INVENTORIES / "bad/types.yml") if "nfs_port" in fragment)
+    assert port == {"file": rel(INVENTORIES / "bad/types.yml"), "line": line, "host": "gpu7",
                     "variable": "kvprov_storage_nfs_port", "severity": "error", "column": None,
                     "message": 'expected an integer, got the string "20049": write 20049 without quotes'}
     good = json.loads(kvprov("check", rel(GOOD[0]), "--json").stdout)
