@@ -262,6 +262,7 @@ def _kind(node: yaml.Node) -> str:
 
 # ---------------------------------------------------------------------------- inventory file
 
+_INI_SECTION = re.compile(r"^\[[A-Za-z0-9_:.-]+\]\s*$", re.M)
 _RANGE = re.compile(r"^(.*?)\[([0-9a-zA-Z]+):([0-9a-zA-Z]+)(?::([0-9]+))?\](.*)$")
 
 
@@ -284,6 +285,10 @@ def expand_hosts(pattern: str) -> list[str]:
 
 def parse_inventory(text: str, file: str) -> Layout:
     """The groups, hosts and vars of a YAML inventory (pure)."""
+    if _INI_SECTION.search(text) and not re.search(r"^all:", text, re.M):
+        raise InventoryError("this looks like an INI inventory ([group] sections); kvprov reads YAML "
+                             "inventories (all: children: gpu_nodes: hosts: ...); `ansible-inventory -i "
+                             "FILE --list -y` shows yours as YAML", file)
     root = parse_yaml(text, file)
     if root is None:
         raise InventoryError("the inventory is empty", file)

@@ -297,6 +297,11 @@ def test_unreadable_and_empty_inventories(tmp_path):
         inventory.load(write(tmp_path / "list.yml", "- gpu1\n"))
 
 
+def test_ini_inventories_are_named_as_such(tmp_path):
+    with pytest.raises(InventoryError, match=r"hosts.ini: this looks like an INI inventory"):
+        inventory.load(write(tmp_path / "hosts.ini", "[gpu_nodes]\ngpu1 ansible_host=10.0.0.1\n"))
+
+
 def test_targets_are_required(tmp_path):
     with pytest.raises(InventoryError, match="no group gpu_nodes") as e:
         inventory.load(write(tmp_path / "a.yml", "all:\n  hosts:\n    gpu1:\n"))
