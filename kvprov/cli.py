@@ -14,6 +14,8 @@ from kvprov.errors import EXIT_USAGE, KvprovError
 # Modules that each add one command (their `add_parser(subparsers)`), in help order.
 COMMANDS = [
     "kvprov.check",
+    "kvprov.render",
+    "kvprov.deploy",
     "kvprov.lab.cli",
 ]
 

@@ -3,10 +3,11 @@ failing tasks' messages in plain words, and the run's artifacts kept on disk."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kvprov import paths
@@ -138,6 +139,13 @@ def run(playbook: str, inventory: Path, *, name: str, extravars: dict | None = N
         text = "".join(p.read_text(errors="replace")[-3000:] for p in tail)
         result.failures.append(Failure("-", "ansible-playbook", f"run {r.status}: {text.strip()}"))
     return result
+
+
+def write_json(result: RunResult, path: str) -> None:
+    data = {"rc": result.rc, "seconds": round(result.seconds, 1), "artifacts": str(result.artifacts),
+            "hosts": {h: asdict(s) for h, s in sorted(result.hosts.items())},
+            "failures": [asdict(f) for f in result.failures]}
+    Path(path).write_text(json.dumps(data, indent=2) + "\n")
 
 
 def print_summary(result: RunResult, stream=None) -> None:
