@@ -55,15 +55,15 @@ def runs_dir() -> Path:
 
 def _message(res: dict) -> str:
     """The most useful words from a failed or unreachable result."""
+    results = res.get("results")
+    if isinstance(results, list) and any(isinstance(r, dict) and r.get("failed") for r in results):
+        return "; ".join(_message(r) for r in results if isinstance(r, dict) and r.get("failed"))
     msg = res.get("msg") or ""
     for key in ("stderr", "module_stderr", "stdout"):
         if not msg and res.get(key):
             msg = res[key]
     if isinstance(msg, list):
         msg = "; ".join(map(str, msg))
-    results = res.get("results")
-    if not msg and isinstance(results, list):  # a loop: the failed items' messages
-        msg = "; ".join(_message(r) for r in results if isinstance(r, dict) and r.get("failed"))
     return " ".join(str(msg).split())
 
 

@@ -7,6 +7,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
+LAB_CONTAINERS = 2  # kvlab-c1 is deployed to; kvlab-c2 stays fresh for the check-mode test
 
 
 def kvprov(*args: str, timeout: float = 900, check: bool = False) -> subprocess.CompletedProcess:
@@ -19,6 +20,7 @@ def kvprov(*args: str, timeout: float = 900, check: bool = False) -> subprocess.
 
 
 def pytest_collection_modifyitems(config, items):
+    # Lab test files are numbered in the order they need (a fresh lab, then deploy);
     # `lab down` tests take the lab away: run them after everything else.
     items.sort(key=lambda item: item.get_closest_marker("lab_teardown") is not None)
 
@@ -32,7 +34,7 @@ def lab():
     """The running lab (brought up if needed): the state dict from `kvprov lab status --json`."""
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
-    up = kvprov("lab", "up", "--containers", "1")
+    up = kvprov("lab", "up", "--containers", str(LAB_CONTAINERS))
     assert up.returncode == 0, f"lab up failed:\n{up.stdout}\n{up.stderr}"
     import json
 

@@ -9,7 +9,7 @@ RXE = "rxe_handmount"
 
 def mount_script(mountpoint: str, storage_ip: str, vers: str = "4.1") -> str:
     return ("set -e; modprobe rdma_rxe; "
-            f"rdma link show {RXE}/1 >/dev/null 2>&1 || rdma link add {RXE} type rxe netdev data0; "
+            f"rdma link | grep -q ' netdev data0 ' || rdma link add {RXE} type rxe netdev data0; "
             "modprobe rpcrdma; systemctl start nfs-blkmap; "
             f"mkdir -p {mountpoint}; mount -t nfs4 -o proto=rdma,port={topology.RDMA_PORT},vers={vers} "
             f"{storage_ip}:{topology.EXPORT_PATH} {mountpoint}")
@@ -18,4 +18,4 @@ def mount_script(mountpoint: str, storage_ip: str, vers: str = "4.1") -> str:
 def unmount_script(mountpoint: str) -> str:
     """Undo mount_script, leaving the host unconfigured again."""
     return (f"umount {mountpoint}; rmdir {mountpoint}; systemctl stop nfs-blkmap; "
-            f"rdma link delete {RXE}")
+            f"rdma link delete {RXE} 2>/dev/null || true")

@@ -56,7 +56,8 @@ def probe_accel(image: Image, workdir: Path) -> str:
 
 def command(vm: topology.Vm, image: Image, overlay: Path, shared_disk: Path, accel: str,
             console: Path, pidfile: Path) -> list[str]:
-    accel_args = ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi"]
+    # -cpu max: wheels such as numpy 2.x need x86-64-v2+ instructions that qemu64 lacks
+    accel_args = ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
     cmd = [QEMU, "-name", vm.name, *accel_args, "-smp", "1", "-m", str(vm.mem_mib),
            "-display", "none", "-vga", "none", "-monitor", "none", "-parallel", "none",
            "-serial", f"file:{console}", "-pidfile", str(pidfile),

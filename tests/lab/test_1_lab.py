@@ -9,7 +9,7 @@ import pytest
 from kvprov import mountstats
 from kvprov.lab import handmount, topology
 from kvprov.lab.ssh import ssh
-from tests.conftest import kvprov
+from tests.conftest import LAB_CONTAINERS, kvprov
 
 pytestmark = pytest.mark.lab
 
@@ -25,14 +25,14 @@ def sh(host, command, timeout=120):
 
 def test_every_host_runs_and_answers_ssh(lab):
     names = {h["name"]: h for h in lab["hosts"]}
-    assert set(names) == {"kvlab-storage", "kvlab-gpu1", "kvlab-c1"}
+    assert set(names) == {"kvlab-storage", "kvlab-gpu1", "kvlab-c1", "kvlab-c2"}
     assert all(h["running"] and h["ssh"] for h in lab["hosts"])
     assert Path(lab["inventory"]).read_text().count("kvlab-c1") == 1
 
 
 def test_second_lab_up_reports_and_does_nothing(lab):
     before = {h["name"]: h["pid"] for h in lab["hosts"]}
-    r = kvprov("lab", "up", "--containers", "1", check=True)
+    r = kvprov("lab", "up", "--containers", str(LAB_CONTAINERS), check=True)
     assert "already running; nothing to do" in r.stderr
     after = json.loads(kvprov("lab", "status", "--json", check=True).stdout)
     assert {h["name"]: h["pid"] for h in after["hosts"]} == before
@@ -104,7 +104,7 @@ def _lab_leftovers() -> list[str]:
 def test_lab_down_leaves_nothing_behind(lab):
     assert _lab_leftovers()  # the lab is up: its processes, namespaces and mounts are visible
     r = kvprov("lab", "down", check=True)
-    assert "removed netns kvlab-c1" in r.stdout
+    assert "removed netns kvlab-c1" in r.stdout and "removed netns kvlab-c2" in r.stdout
     assert _lab_leftovers() == []
     # the image cache and key stay, so the next `lab up` is fast
     assert list(topology.cache_dir().glob("image-*/READY")) and topology.ssh_key_path().exists()

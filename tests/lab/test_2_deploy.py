@@ -1,0 +1,154 @@
+"""`kvprov deploy` on the lab: a GPU-node VM with real NFS over soft-RoCE and pNFS, and
+containers (local storage profile). Runs after test_1_lab (which needs fresh hosts)."""
+
+import json
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvprov import mountstats
+from kvprov.lab.ssh import ssh, ssh_args
+from tests.conftest import kvprov
+
+pytestmark = pytest.mark.lab
+
+GPU1 = ("127.0.0.1", 2221)
+C1 = ("10.98.1.2", 22)
+C2 = ("10.98.2.2", 22)
+MNT = "/mnt/kvcache"
+ROUNDTRIP = (Path(__file__).parent / "nixl_roundtrip.py").read_text()
+# What a deploy may touch: compared before/after a check-mode run.
+SNAPSHOT = ("find /etc /opt /srv /usr/local /var/lib -xdev -path /var/lib/systemd/timers -prune -o "
+            "-printf '%p %s %m %u %T@\\n' | sort | sha256sum; systemctl list-unit-files --no-legend | sha256sum; "
+            "getent passwd | sha256sum; awk '{print $1, $2, $3, $4}' /proc/self/mounts | sort | sha256sum")
+
+
+def sh(host, command, timeout=120):
+    r = ssh(*host, command, timeout=timeout)
+    assert r.returncode == 0, f"`{command}` on {host} -> {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def deploy(inventory, *args, timeout=1200):
+    out = Path(inventory).parent / "deploy-result.json"
+    r = kvprov("deploy", str(inventory), "--json", str(out), *args, timeout=timeout)
+    return r, json.loads(out.read_text()) if out.exists() else {}
+
+
+def with_var(inventory: str, tmp_path: Path, **group_vars) -> Path:
+    """A copy of the lab inventory with more settings for the GPU-node VMs."""
+    data = yaml.safe_load(Path(inventory).read_text())
+    data["all"]["children"]["gpu_nodes"]["children"]["lab_gpu_vms"]["vars"].update(group_vars)
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def live_mount(host=GPU1):
+    return mountstats.find(mountstats.parse(sh(host, "cat /proc/self/mountstats")), MNT)
+
+
+def test_check_mode_on_a_fresh_host_changes_nothing(lab):
+    before = sh(C2, SNAPSHOT)
+    r, result = deploy(lab["inventory"], "--check", "--limit", "kvlab-c2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert result["hosts"]["kvlab-c2"]["changed"] > 0  # it would change things ...
+    assert sh(C2, SNAPSHOT) == before  # ... but changed nothing
+
+
+@pytest.fixture(scope="module")
+def deployed(lab):
+    r, result = deploy(lab["inventory"], "--limit", "gpu_nodes:!kvlab-c2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    return result
+
+
+def test_deploy_reports_every_host(deployed):
+    assert set(deployed["hosts"]) == {"kvlab-gpu1", "kvlab-c1"}
+    assert deployed["failures"] == []
+    assert Path(deployed["artifacts"]).is_dir()
+
+
+def test_kv_mount_is_rdma_with_a_pnfs_layout_after_a_nixl_write(deployed):
+    before = live_mount()
+    assert before.opts["proto"] == "rdma" and before.opts["port"] == "20049" and before.opts["vers"] == "4.1"
+    assert before.opts["max_connect"] == "16"
+    assert [t.protocol for t in before.transports] == ["rdma"]
+    r = subprocess.run([*ssh_args(*GPU1), "/opt/kvprov/nixl/bin/python3", "-", f"{MNT}/kvlab-gpu1/roundtrip.bin"],
+                       input=ROUNDTRIP, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1]) == {"write": "DONE", "read": "DONE", "size": 4 << 20, "equal": True}
+    after = live_mount()
+    assert after.pnfs == "LAYOUT_BLOCK_VOLUME"
+    assert after.op_count("LAYOUTGET") > 0
+    assert sh(GPU1, "systemctl is-enabled mnt-kvcache.mount kvprov-soft-roce.service nfs-blkmap.service").split() == [
+        "enabled"] * 3
+
+
+def test_nixl_config_unit_and_storage_dir_are_in_place(deployed):
+    toml = tomllib.loads(sh(GPU1, "cat /etc/kvprov/nixl_backend_config.toml"))
+    assert toml == {"plugin": {"posix": {"active": True, "use_aio": False}}}
+    unit = "/etc/systemd/system/kvprov-sglang-main.service"
+    sh(GPU1, f"systemd-analyze verify {unit} /etc/systemd/system/mnt-kvcache.mount")
+    text = sh(GPU1, f"cat {unit}")
+    assert "Environment=SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=/mnt/kvcache/kvlab-gpu1/main" in text
+    assert "--hicache-storage-backend-extra-config @/etc/kvprov/nixl_backend_config.toml" in text
+    assert "RequiresMountsFor=/mnt/kvcache/kvlab-gpu1/main" in text
+    # no GPU here: the unit is enabled and starting it is a clean skip, not a crash loop
+    assert sh(GPU1, "systemctl is-enabled kvprov-sglang-main").strip() == "enabled"
+    state = sh(GPU1, "systemctl start kvprov-sglang-main; systemctl show -p ActiveState -p ConditionResult "
+                     "-p NRestarts kvprov-sglang-main").split()
+    assert sorted(state) == ["ActiveState=inactive", "ConditionResult=no", "NRestarts=0"]
+    assert sh(GPU1, "stat -c '%U %a' /mnt/kvcache/kvlab-gpu1/main").split() == ["sglang", "750"]
+
+
+def test_container_gets_the_local_profile(deployed):
+    assert sh(C1, "stat -c %F /srv/kvcache; test ! -e /etc/systemd/system/mnt-kvcache.mount && echo no-mount-unit"
+              ).split() == ["directory", "no-mount-unit"]
+    assert "nixl-cu12==1.5.1" in sh(C1, "/opt/kvprov/nixl/bin/pip freeze")
+
+
+def test_render_writes_what_deploy_wrote(deployed, lab, tmp_path):
+    r = kvprov("render", lab["inventory"], "--out", str(tmp_path), "--host", "kvlab-gpu1", check=True)
+    rendered = sorted(Path(p).relative_to(tmp_path / "kvlab-gpu1") for p in r.stdout.split())
+    assert len(rendered) >= 6
+    for rel in rendered:
+        if str(rel) == "etc/cufile.json":
+            continue  # written only on hosts with a GPU
+        live = sh(GPU1, f"cat /{rel}")
+        assert live == (tmp_path / "kvlab-gpu1" / rel).read_text(), f"/{rel} differs from its rendering"
+
+
+def test_second_deploy_changes_nothing(deployed, lab):
+    r, result = deploy(lab["inventory"], "--limit", "gpu_nodes:!kvlab-c2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert {h: s["changed"] for h, s in result["hosts"].items()} == {"kvlab-gpu1": 0, "kvlab-c1": 0}
+
+
+def test_changed_mount_option_needs_allow_remount_and_an_idle_mount(deployed, lab, tmp_path):
+    changed = with_var(lab["inventory"], tmp_path, kvprov_storage_rsize=131072)
+    r, _ = deploy(changed, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount")
+    assert r.returncode == 1
+    assert "rsize: live 262144, want 131072" in r.stdout and "--allow-remount" in r.stdout
+    assert live_mount().opts["rsize"] == "262144"
+    assert "rsize=262144" in sh(GPU1, "cat /etc/systemd/system/mnt-kvcache.mount")  # nothing written
+
+    sh(GPU1, f"systemd-run --unit kvprov-test-busy --working-directory={MNT} sleep 600")
+    try:
+        r, _ = deploy(changed, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
+        assert r.returncode == 1
+        assert "is in use by" in r.stdout and "(sleep)" in r.stdout
+        assert live_mount().opts["rsize"] == "262144"
+    finally:
+        sh(GPU1, "systemctl stop kvprov-test-busy")
+
+    r, _ = deploy(changed, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert live_mount().opts["rsize"] == "131072"
+    # and back to the lab's settings
+    r, _ = deploy(lab["inventory"], "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert live_mount().opts["rsize"] == "262144"
