@@ -1,0 +1,68 @@
+"""The kvcache_mount role's kvprov_mount_state module: pure parts, on real mountinfo text."""
+
+import importlib.util
+import os
+
+from tests.conftest import ROOT
+
+spec = importlib.util.spec_from_file_location(
+    "kvprov_mount_state", ROOT / "roles/kvcache_mount/library/kvprov_mount_state.py")
+ms = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ms)
+
+# /proc/self/mountinfo from the lab's GPU-node VM after `kvprov deploy`
+MOUNTINFO = """\
+22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,errors=remount-ro
+61 22 0:52 / /mnt/kvcache rw,relatime shared:33 - nfs4 10.99.1.1:/kv rw,vers=4.1,rsize=262144,wsize=262144,namlen=255,hard,proto=rdma,max_connect=16,port=20049,timeo=600,retrans=2,sec=sys,clientaddr=10.99.1.2,local_lock=none,addr=10.99.1.1
+70 22 0:60 / /mnt/with\\040space rw - tmpfs tmpfs rw
+"""
+DESIRED = ["vers=4.1", "proto=rdma", "port=20049", "rsize=262144", "wsize=262144", "hard", "max_connect=16",
+           "_netdev", "x-systemd.mount-timeout=30"]
+
+
+def test_parse_mountinfo_reads_super_options_and_unescapes():
+    live = ms.parse_mountinfo(MOUNTINFO, "/mnt/kvcache")
+    assert live["source"] == "10.99.1.1:/kv" and live["fstype"] == "nfs4"
+    assert live["options"]["proto"] == "rdma" and live["options"]["hard"] is True
+    assert ms.parse_mountinfo(MOUNTINFO, "/mnt/with space")["fstype"] == "tmpfs"
+    assert ms.parse_mountinfo(MOUNTINFO, "/mnt/other") is None
+
+
+def test_topmost_mount_wins():
+    stacked = MOUNTINFO + "80 61 0:70 / /mnt/kvcache rw - nfs4 10.99.1.1:/kv rw,vers=4.2,proto=tcp,port=2049,hard\n"
+    assert ms.parse_mountinfo(stacked, "/mnt/kvcache")["options"]["proto"] == "tcp"
+
+
+def test_a_matching_mount_has_no_differences():
+    live = ms.parse_mountinfo(MOUNTINFO, "/mnt/kvcache")
+    assert ms.differences(live, "10.99.1.1:/kv", DESIRED) == []
+
+
+def test_each_kind_of_difference_is_named():
+    tcp = MOUNTINFO.replace("proto=rdma", "proto=tcp").replace("port=20049", "port=2049").replace(",hard,", ",soft,")
+    live = ms.parse_mountinfo(tcp, "/mnt/kvcache")
+    assert ms.differences(live, "10.99.2.1:/kv", DESIRED + ["nconnect=4"]) == [
+        "source: live 10.99.1.1:/kv, want 10.99.2.1:/kv",
+        "proto: live tcp, want rdma",
+        "port: live 2049, want 20049",
+        "hard: live soft, want hard",
+        "nconnect: live absent, want 4",
+    ]
+
+
+def test_garbage_lines_are_ignored():
+    assert ms.parse_mountinfo("garbage\n1 2 - x\n\n" + MOUNTINFO, "/mnt/kvcache")["source"] == "10.99.1.1:/kv"
+
+
+def test_open_users_finds_a_cwd_under_the_mount(tmp_path):
+    proc = tmp_path / "proc"
+    (proc / "42/fd").mkdir(parents=True)
+    (proc / "42/comm").write_text("sglang\n")
+    os.symlink("/mnt/kvcache/gpu1/main", proc / "42/cwd")
+    (proc / "43/fd").mkdir(parents=True)
+    os.symlink("/mnt/kvcache-other/x", proc / "43/cwd")  # a sibling path is not "under" the mount
+    os.symlink("/mnt/kvcache/f", proc / "43/fd/3")
+    (proc / "43/comm").write_text("python3\n")
+    (proc / "self").mkdir()
+    assert sorted(ms.open_users("/mnt/kvcache", str(proc))) == ["42 (sglang)", "43 (python3)"]
+    assert ms.open_users("/srv", str(proc)) == []

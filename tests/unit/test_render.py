@@ -1,0 +1,70 @@
+"""`kvprov render` from the roles' own templates, without contacting any host."""
+
+import json
+import tomllib
+
+import yaml
+
+from tests.conftest import FIXTURES, ROOT, kvprov
+
+PRODUCTION = FIXTURES / "inventories/good/production.yml"
+
+
+def render(tmp_path, inventory, *args):
+    r = kvprov("render", str(inventory), "--out", str(tmp_path), *args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return [p for p in r.stdout.split()]
+
+
+def test_lab_render_lists_every_managed_file(tmp_path):
+    files = render(tmp_path, ROOT / "inventory/lab.yml")
+    host = tmp_path / "kvlab-gpu1"
+    assert sorted(str(p.relative_to(host)) for p in host.rglob("*") if p.is_file()) == sorted([
+        "etc/idmapd.conf", "etc/modules-load.d/kvprov-nfs.conf", "etc/modules-load.d/kvprov-rdma.conf",
+        "etc/systemd/system/mnt-kvcache.mount", "etc/systemd/system/kvprov-soft-roce.service",
+        "etc/systemd/system/kvprov-sglang-main.service", "etc/kvprov/nixl_backend_config.toml",
+        "etc/cufile.json"])
+    assert len(files) == 8
+    mount = (host / "etc/systemd/system/mnt-kvcache.mount").read_text()
+    assert "What=10.99.1.1:/kv" in mount
+    assert "Options=vers=4.1,proto=rdma,port=20049,rsize=262144,wsize=262144,hard,max_connect=16,_netdev" in mount
+    assert "blocklayoutdriver" in (host / "etc/modules-load.d/kvprov-nfs.conf").read_text()
+    assert tomllib.loads((host / "etc/kvprov/nixl_backend_config.toml").read_text()) == {
+        "plugin": {"posix": {"active": True, "use_aio": False}}}
+
+
+def test_production_render_uses_gds_mt_files_layout_and_per_host_dirs(tmp_path):
+    render(tmp_path, PRODUCTION)
+    inv = yaml.safe_load(PRODUCTION.read_text())
+    hosts = sorted(p.name for p in tmp_path.iterdir())
+    assert len(hosts) >= 2
+    for h in hosts:
+        d = tmp_path / h
+        toml = tomllib.loads((d / "etc/kvprov/nixl_backend_config.toml").read_text())
+        active = [name for name, t in toml["plugin"].items() if t.get("active") is True]
+        assert active == ["gds_mt"]
+        cufile = json.loads((d / "etc/cufile.json").read_text())
+        assert list(cufile["fs"]["nfs"]["mount_table"]) == ["/mnt/kvcache"]
+        assert "nfs_layout_nfsv41_files" in (d / "etc/modules-load.d/kvprov-nfs.conf").read_text()
+        units = list((d / "etc/systemd/system").glob("kvprov-sglang-*.service"))
+        assert units
+        for unit in units:
+            env = [l for l in unit.read_text().splitlines() if "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=" in l]
+            assert env and env[0].split("=", 2)[2].startswith(f"/mnt/kvcache/{h}/")
+    assert inv  # the fixture is a real YAML inventory
+
+
+def test_render_one_host_and_refuse_an_unknown_one(tmp_path):
+    files = render(tmp_path, ROOT / "inventory/lab.yml", "--host", "kvlab-gpu1")
+    assert all("/kvlab-gpu1/" in f for f in files)
+    r = kvprov("render", str(ROOT / "inventory/lab.yml"), "--out", str(tmp_path), "--host", "nope")
+    assert r.returncode == 2 and "no host 'nope'" in r.stderr
+
+
+def test_render_refuses_a_bad_inventory_before_anything(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        g1:\n          kvprov_storage_nfs_port: '20049'\n")
+    r = kvprov("render", str(bad), "--out", str(tmp_path / "out"))
+    assert r.returncode == 2
+    assert "kvprov_storage_nfs_port" in r.stderr and "no host was contacted" in r.stderr
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,35 @@
+"""The roles' own hygiene: specs match defaults, templates carry ansible_managed, lint."""
+
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+ROLES = sorted(p.parent.parent for p in (ROOT / "roles").glob("*/meta/argument_specs.yml"))
+
+
+def test_every_role_has_a_spec():
+    assert [r.name for r in ROLES] == ["gds", "kvcache_mount", "nixl", "rdma", "sglang_hicache"]
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_spec_and_defaults_list_the_same_variables(role):
+    """Ansible does not apply spec defaults, so defaults/main.yml holds them: keep both in step."""
+    defaults = yaml.safe_load((role / "defaults/main.yml").read_text()) or {}
+    spec = yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert sorted(defaults) == sorted(spec)
+
+
+@pytest.mark.parametrize("template", sorted((ROOT / "roles").glob("*/templates/*.j2")), ids=lambda p: p.name)
+def test_templates_say_they_are_managed(template):
+    text = template.read_text()
+    assert "ansible_managed" in text or template.name == "cufile.json.j2"  # JSON has no comments
+
+
+@pytest.mark.skipif(shutil.which("ansible-lint") is None, reason="ansible-lint not installed (pip install -e '.[dev]')")
+def test_ansible_lint_production_profile_is_clean():
+    r = subprocess.run(["ansible-lint", "--nocolor"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
