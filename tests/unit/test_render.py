@@ -5,9 +5,9 @@ import tomllib
 
 import yaml
 
-from tests.conftest import FIXTURES, ROOT, kvprov
+from tests.conftest import ROOT, kvprov
 
-PRODUCTION = FIXTURES / "inventories/good/production.yml"
+PRODUCTION = ROOT / "inventory/example.yml"
 
 
 def render(tmp_path, inventory, *args):
