@@ -1,0 +1,452 @@
+"""The bundle: one directory of captured files per host (the format is docs/bundle.md).
+
+A bundle comes from `kvprov collect` (or a customer running the collector), and is read
+here by `kvprov validate --bundle`. Any file may be missing, truncated, garbage, huge or
+hostile, so every read goes through `Bundle`, which
+
+- never follows a symlink (any component of the path inside the bundle),
+- reads only regular files and at most a per-file size limit,
+- refuses names that would leave the bundle (`..`, absolute paths from desired.json),
+- rejects binary data in text files and JSON that is invalid or nested too deeply,
+
+and raises `FileProblem` (the file's name, what is wrong with it, how to get a good one)
+for the checks that need that file; other checks are unaffected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import stat
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from kvprov.errors import EXIT_USAGE, KvprovError
+
+FORMAT = 1  # the bundle format this kvprov writes and reads (desired.json / collect.json "format")
+
+# ---------------------------------------------------------------------------- file names
+
+DESIRED = "desired.json"
+COLLECT = "collect.json"
+MOUNTINFO = "proc/mountinfo"
+MOUNTSTATS = "proc/mountstats"
+MODULES = "proc/modules"
+RDMA_LINK = "rdma_link.txt"
+IO_PROBE = "io_probe.json"
+GDSCHECK = "gdscheck.txt"
+GPU = "gpu.json"
+CUFILE = "cufile.json"
+NIXL_PROBE = "nixl_probe.json"
+STORAGE_DIRS = "storage_dirs.json"
+HEALTH = "health.json"
+PACKAGES = "packages.txt"
+FILES_DIR = "files"  # files/<absolute path>: live copies of managed config files
+SYSTEMCTL_DIR = "systemctl"  # systemctl/<unit>.txt: `systemctl show <unit>`
+
+# Every fixed name, with what the collector puts there (docs/bundle.md describes each).
+NAMES: dict[str, str] = {
+    DESIRED: "the host's desired state, from the inventory (see Desired)",
+    COLLECT: "collector metadata: format, host, time, kvprov version, per-file capture errors",
+    MOUNTINFO: "cat /proc/self/mountinfo",
+    MOUNTSTATS: "cat /proc/self/mountstats, captured after the I/O probe",
+    MODULES: "cat /proc/modules",
+    RDMA_LINK: "rdma link (iproute2)",
+    IO_PROBE: "the forced small write + read on the KV mount, with a timeout",
+    GDSCHECK: "gdscheck -p (GPU hosts only)",
+    GPU: "whether an NVIDIA GPU and driver are present",
+    CUFILE: "the live cufile.json (the file at the desired cufile path)",
+    NIXL_PROBE: "import nixl and create the configured backend, in the NIXL venv",
+    STORAGE_DIRS: "the mount point and each instance's NIXL storage directory: stat, owner, filesystem",
+    HEALTH: "each engine instance's HTTP /health, or that it is not running",
+    PACKAGES: "installed packages: name<TAB>version per line (dpkg-query -W / rpm -qa)",
+}
+
+MiB = 1 << 20
+DEFAULT_LIMIT = 1 * MiB
+LIMITS = {MOUNTSTATS: 64 * MiB, MOUNTINFO: 16 * MiB, PACKAGES: 8 * MiB, MODULES: 4 * MiB}
+
+RECOLLECT = "capture the bundle again (`kvprov collect INVENTORY --out DIR --limit HOST`)"
+
+
+def limit_for(name: str) -> int:
+    return LIMITS.get(name, DEFAULT_LIMIT)
+
+
+def live_file(path: str) -> str:
+    """The bundle name of the live copy of a host file: files/<absolute path>."""
+    norm = posixpath.normpath(path) if path else ""
+    if not norm.startswith("/") or norm.startswith("//") or ".." in norm.split("/"):
+        raise FileProblem(f"{FILES_DIR}/{path}", f"{path!r} is not an absolute path, so it has no place in "
+                          "the bundle", "give absolute paths in the inventory (and desired.json)")
+    return FILES_DIR + norm
+
+
+def systemctl_file(unit: str) -> str:
+    """The bundle name of `systemctl show <unit>`: systemctl/<unit>.txt."""
+    if not unit or "/" in unit or unit.startswith("."):
+        raise FileProblem(f"{SYSTEMCTL_DIR}/{unit}.txt", f"{unit!r} is not a systemd unit name",
+                          "fix the unit name in desired.json")
+    return f"{SYSTEMCTL_DIR}/{unit}.txt"
+
+
+def unit_file(unit: str) -> str:
+    """The bundle name of the live unit file /etc/systemd/system/<unit>."""
+    systemctl_file(unit)  # same name rules
+    return live_file(f"/etc/systemd/system/{unit}")
+
+
+# ---------------------------------------------------------------------------- reading
+
+class FileProblem(Exception):
+    """A bundle file that cannot be used: its name, what is wrong, how to get a good one."""
+
+    def __init__(self, name: str, reason: str, fix: str = RECOLLECT, missing: bool = False):
+        super().__init__(f"{name}: {reason}")
+        self.name, self.reason, self.fix, self.missing = name, reason, fix, missing
+
+
+def _parts(name: str) -> list[str]:
+    parts = name.split("/")
+    if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise FileProblem(name, "not a plain relative name inside the bundle", "fix desired.json")
+    return parts
+
+
+class Bundle:
+    """The files of one host's bundle, read safely and cached (errors too).
+
+    `Bundle(root)` reads a directory; `Bundle(files={name: bytes|str})` holds files in memory
+    (tests, or a collector that has them already). Both give the same checks."""
+
+    def __init__(self, root: Path | str | None = None, files: Mapping[str, bytes | str] | None = None):
+        self.root = Path(root) if root is not None else None
+        self._files = dict(files) if files is not None else None
+        self._cache: dict[str, bytes | FileProblem] = {}
+
+    # --- raw bytes
+
+    def raw(self, name: str) -> bytes:
+        if name not in self._cache:
+            try:
+                self._cache[name] = self._read(name)
+            except FileProblem as e:
+                self._cache[name] = e
+        value = self._cache[name]
+        if isinstance(value, FileProblem):
+            raise value
+        return value
+
+    def exists(self, name: str) -> bool:
+        """Is there anything under this name (even something unreadable)?"""
+        try:
+            self.raw(name)
+            return True
+        except FileProblem as e:
+            return not e.missing
+
+    def _read(self, name: str) -> bytes:
+        parts = _parts(name)
+        limit = limit_for(name)
+        if self._files is not None:
+            if name not in self._files:
+                raise self._missing(name)
+            data = self._files[name]
+            data = data.encode() if isinstance(data, str) else bytes(data)
+            if len(data) > limit:
+                raise self._too_big(name, len(data), limit)
+            return data
+        return self._read_disk(name, parts, limit)
+
+    def _read_disk(self, name: str, parts: list[str], limit: int) -> bytes:
+        assert self.root is not None
+        path = self.root
+        for i, part in enumerate(parts):
+            path = path / part
+            where = "/".join(parts[:i + 1])
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                raise self._missing(name) from None
+            except NotADirectoryError:
+                raise FileProblem(name, f"{'/'.join(parts[:i])} is not a directory") from None
+            except OSError as e:
+                raise FileProblem(name, f"cannot read: {e.strerror or e}") from None
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    target = os.readlink(path)
+                except OSError:
+                    target = "?"
+                raise FileProblem(name, f"{where} is a symlink (to {target!r}); kvprov never follows links "
+                                        "in a bundle: they could point at this machine's own files")
+            if i < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
+                raise FileProblem(name, f"{where} is not a directory")
+        if stat.S_ISDIR(st.st_mode):
+            raise FileProblem(name, "is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise FileProblem(name, "is not a regular file (a fifo, socket or device): not read")
+        if st.st_size > limit:
+            raise self._too_big(name, st.st_size, limit)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as fh:
+                data = fh.read(limit + 1)
+        except OSError as e:
+            raise FileProblem(name, f"cannot read: {e.strerror or e}") from None
+        if len(data) > limit:
+            raise self._too_big(name, len(data), limit)
+        return data
+
+    def _too_big(self, name: str, size: int, limit: int) -> FileProblem:
+        return FileProblem(name, f"is {size} bytes, more than the {limit // MiB} MiB limit for this file: "
+                                 "not something the collector captures (a runaway or hostile file); not read")
+
+    def _missing(self, name: str) -> FileProblem:
+        note = self.collector_notes().get(name) if name != COLLECT else None
+        reason = "missing from the bundle" + (f" (the collector said: {note})" if note else "")
+        return FileProblem(name, reason, missing=True)
+
+    def collector_notes(self) -> dict[str, str]:
+        """What collect.json says about files: its "errors" and "skipped" ({} when unusable)."""
+        try:
+            data = self.json(COLLECT)
+        except FileProblem:
+            return {}
+        notes: dict[str, str] = {}
+        for key, prefix in (("skipped", "skipped: "), ("errors", "")):
+            entries = data.get(key) if isinstance(data, dict) else None
+            if isinstance(entries, dict):
+                notes.update({str(k)[:200]: prefix + str(v)[:300] for k, v in entries.items()})
+        return notes
+
+    # --- decoded
+
+    def text(self, name: str) -> str:
+        data = self.raw(name)
+        if b"\x00" in data:
+            raise FileProblem(name, "holds binary data (NUL bytes), not the text the collector captures: "
+                                    "a corrupt or wrong file")
+        return data.decode("utf-8", errors="replace")
+
+    def json(self, name: str) -> Any:
+        text = self.text(name)
+        try:
+            return json.loads(text)
+        except RecursionError:
+            raise FileProblem(name, "JSON nested too deeply to read (hostile or corrupt)") from None
+        except json.JSONDecodeError as e:
+            raise FileProblem(name, f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+                                    "truncated or corrupt") from None
+        except ValueError as e:  # e.g. an integer with too many digits
+            raise FileProblem(name, f"not valid JSON ({e})") from None
+
+    def json_object(self, name: str) -> dict:
+        data = self.json(name)
+        if not isinstance(data, dict):
+            raise FileProblem(name, f"must hold a JSON object, holds {type(data).__name__}")
+        return data
+
+
+# ---------------------------------------------------------------------------- desired state
+
+PROFILES = ("netapp_pnfs_rdma", "nfs_tcp", "local")
+LAYOUTS = ("files", "block", "none")
+TRANSPORTS = ("rdma", "tcp", "none")
+GDS_MODES = ("auto", "required", "disabled")
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One engine instance (one systemd unit)."""
+
+    name: str
+    unit: str
+    storage_dir: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What the inventory says this host should look like (desired.json)."""
+
+    host: str
+    profile: str  # netapp_pnfs_rdma | nfs_tcp | local
+    server: str
+    export: str
+    mount_point: str
+    mount_options: tuple[str, ...]  # exactly as the mount unit's Options= (role var _kvprov_storage_options)
+    nfs_version: str
+    pnfs_layout: str  # files | block | none
+    transport: str  # rdma | tcp | none (local)
+    gds_mode: str  # auto | required | disabled
+    cufile_path: str
+    allow_compat_mode: bool
+    rdma_dev_addr_list: tuple[str, ...]
+    nixl_config_path: str
+    nixl_venv: str
+    nixl_plugin: str  # the active [plugin.<name>] table, e.g. gds_mt, posix
+    sglang_user: str
+    sglang_install: bool
+    instances: tuple[Instance, ...] = field(default_factory=tuple)
+
+    @property
+    def is_nfs(self) -> bool:
+        return self.profile != "local"
+
+    @property
+    def source(self) -> str:
+        return f"{self.server}:{self.export}"
+
+    @property
+    def mount_unit(self) -> str:
+        return systemd_escape_path(self.mount_point) + ".mount"
+
+    @property
+    def nixl_backend(self) -> str:
+        """The NIXL backend name SGLang derives from the plugin table (gds_mt -> GDS_MT)."""
+        return self.nixl_plugin.upper()
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {"format": FORMAT}
+        for key, attr, _ in _FIELDS:
+            value = getattr(self, attr)
+            if attr == "instances":
+                value = [asdict(i) for i in value]
+            elif isinstance(value, tuple):
+                value = list(value)
+            section, _, leaf = key.rpartition(".")
+            (out.setdefault(section, {}) if section else out)[leaf] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Desired":
+        """Validate desired.json's content; DesiredError lists every problem."""
+        if not isinstance(data, dict):
+            raise DesiredError([f"must be a JSON object, not {type(data).__name__}"])
+        problems: list[str] = []
+        fmt = data.get("format")
+        if fmt != FORMAT:
+            problems.append(f"format: {fmt!r}; this kvprov reads bundle format {FORMAT}"
+                            + (" (a newer kvprov wrote it: upgrade kvprov)" if isinstance(fmt, int) and fmt > FORMAT
+                               else ""))
+        values = {}
+        for key, attr, kind in _FIELDS:
+            value = _lookup(data, key)
+            if value is _ABSENT:
+                problems.append(f"{key}: missing")
+                continue
+            why = _type_problem(value, kind)
+            if why:
+                problems.append(f"{key}: {why}")
+                continue
+            values[attr] = value
+        if problems:
+            raise DesiredError(problems)
+        values["mount_options"] = tuple(values["mount_options"])
+        values["rdma_dev_addr_list"] = tuple(values["rdma_dev_addr_list"])
+        values["instances"] = tuple(Instance(**i) for i in values["instances"])
+        return cls(**values)
+
+
+class DesiredError(KvprovError):
+    """desired.json is missing or unusable: nothing can be compared (exit 2)."""
+
+    def __init__(self, problems: list[str], where: str = DESIRED):
+        self.problems = problems
+        super().__init__(f"{where}: " + "; ".join(problems), EXIT_USAGE)
+
+
+_ABSENT = object()
+INSTANCE_FIELDS = {"name": str, "unit": str, "storage_dir": str, "port": int}
+# (JSON key, Desired attribute, kind): kind is a type, a tuple of choices, "strs" or "instances".
+_FIELDS: tuple[tuple[str, str, Any], ...] = (
+    ("host", "host", str),
+    ("storage.profile", "profile", PROFILES),
+    ("storage.server", "server", str),
+    ("storage.export", "export", str),
+    ("storage.mount_point", "mount_point", str),
+    ("storage.options", "mount_options", "strs"),
+    ("storage.nfs_version", "nfs_version", str),
+    ("storage.pnfs_layout", "pnfs_layout", LAYOUTS),
+    ("storage.transport", "transport", TRANSPORTS),
+    ("gds.mode", "gds_mode", GDS_MODES),
+    ("gds.cufile_path", "cufile_path", str),
+    ("gds.allow_compat_mode", "allow_compat_mode", bool),
+    ("gds.rdma_dev_addr_list", "rdma_dev_addr_list", "strs"),
+    ("nixl.config_path", "nixl_config_path", str),
+    ("nixl.venv", "nixl_venv", str),
+    ("nixl.plugin", "nixl_plugin", str),
+    ("sglang.user", "sglang_user", str),
+    ("sglang.install", "sglang_install", bool),
+    ("sglang.instances", "instances", "instances"),
+)
+
+
+def _lookup(data: dict, key: str) -> Any:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
+def _is(value: Any, kind: type) -> bool:
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _type_problem(value: Any, kind: Any) -> str | None:
+    if isinstance(kind, tuple):
+        return None if value in kind else f"{value!r} is not one of {', '.join(kind)}"
+    if kind == "strs":
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return None if ok else "must be a list of strings"
+    if kind == "instances":
+        if not isinstance(value, list):
+            return "must be a list of {name, unit, storage_dir, port}"
+        for n, item in enumerate(value):
+            if not isinstance(item, dict) or set(item) != set(INSTANCE_FIELDS):
+                return f"[{n}] must have exactly the keys {', '.join(INSTANCE_FIELDS)}"
+            for k, t in INSTANCE_FIELDS.items():
+                if not _is(item[k], t):
+                    return f"[{n}].{k}: must be {'an integer' if t is int else 'a string'}"
+        return None
+    return None if _is(value, kind) else f"must be {'a boolean' if kind is bool else 'a string'}, " \
+                                          f"got {json.dumps(value)[:60]}"
+
+
+def load_desired(bundle: Bundle) -> Desired:
+    """desired.json of a bundle; DesiredError (exit 2) when missing or unusable."""
+    try:
+        data = bundle.json(DESIRED)
+    except FileProblem as e:
+        raise DesiredError([e.reason + "; the bundle cannot be validated without the desired state"]) from None
+    return Desired.from_dict(data)
+
+
+def write_desired(directory: Path | str, desired: Desired) -> Path:
+    """Write DIRECTORY/desired.json (for the collector)."""
+    path = Path(directory) / DESIRED
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(desired.to_dict(), indent=2) + "\n")
+    return path
+
+
+def systemd_escape_path(path: str) -> str:
+    """`systemd-escape --path PATH`: /mnt/kv-cache -> mnt-kv\\x2dcache."""
+    norm = "/".join(p for p in path.split("/") if p)
+    if not norm:
+        return "-"
+    out = []
+    for i, ch in enumerate(norm):
+        if ch == "/":
+            out.append("-")
+        elif (ch.isascii() and ch.isalnum()) or ch in ":_" or (ch == "." and i > 0):
+            out.append(ch)
+        else:
+            out.extend(f"\\x{b:02x}" for b in ch.encode())
+    return "".join(out)
