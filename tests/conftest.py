@@ -31,9 +31,11 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def lab():
-    """The running lab (brought up if needed): the state dict from `kvprov lab status --json`."""
+    """A freshly booted lab (a running one is restarted: the tests need unconfigured hosts):
+    the state dict from `kvprov lab status --json`."""
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
+    kvprov("lab", "down", check=True)
     up = kvprov("lab", "up", "--containers", str(LAB_CONTAINERS))
     assert up.returncode == 0, f"lab up failed:\n{up.stdout}\n{up.stderr}"
     import json

@@ -51,12 +51,13 @@ def live_mount(host=GPU1):
     return mountstats.find(mountstats.parse(sh(host, "cat /proc/self/mountstats")), MNT)
 
 
-def test_check_mode_on_a_fresh_host_changes_nothing(lab):
-    before = sh(C2, SNAPSHOT)
-    r, result = deploy(lab["inventory"], "--check", "--limit", "kvlab-c2")
+def test_check_mode_on_fresh_hosts_changes_nothing(lab):
+    """A fresh GPU-node VM (NFS/RDMA profile) and a fresh container (local profile)."""
+    before = {h: sh(h, SNAPSHOT) for h in (GPU1, C2)}
+    r, result = deploy(lab["inventory"], "--check", "--limit", "kvlab-gpu1,kvlab-c2")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert result["hosts"]["kvlab-c2"]["changed"] > 0  # it would change things ...
-    assert sh(C2, SNAPSHOT) == before  # ... but changed nothing
+    assert result["hosts"]["kvlab-gpu1"]["changed"] > 0 and result["hosts"]["kvlab-c2"]["changed"] > 0
+    assert {h: sh(h, SNAPSHOT) for h in (GPU1, C2)} == before  # would change things, changed nothing
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +112,17 @@ def test_container_gets_the_local_profile(deployed):
     assert "nixl-cu12==1.5.1" in sh(C1, "/opt/kvprov/nixl/bin/pip freeze")
 
 
+def test_gds_required_fails_clearly_on_a_host_without_gpu(deployed, lab, tmp_path):
+    data = yaml.safe_load(Path(lab["inventory"]).read_text())
+    data["all"]["children"]["gpu_nodes"]["children"]["lab_containers"]["vars"]["kvprov_gds_mode"] = "required"
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    r, result = deploy(inventory, "--limit", "kvlab-c1", "--tags", "gds")
+    assert r.returncode == 1
+    assert "kvprov_gds_mode is 'required' but kvlab-c1 has no NVIDIA GPU" in r.stdout
+    assert result["failures"][0]["host"] == "kvlab-c1"
+
+
 def test_render_writes_what_deploy_wrote(deployed, lab, tmp_path):
     r = kvprov("render", lab["inventory"], "--out", str(tmp_path), "--host", "kvlab-gpu1", check=True)
     rendered = sorted(Path(p).relative_to(tmp_path / "kvlab-gpu1") for p in r.stdout.split())
@@ -152,3 +164,16 @@ def test_changed_mount_option_needs_allow_remount_and_an_idle_mount(deployed, la
     r, _ = deploy(lab["inventory"], "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
     assert r.returncode == 0, r.stdout + r.stderr
     assert live_mount().opts["rsize"] == "262144"
+
+
+def test_nfs_tcp_profile_then_back_to_rdma(deployed, lab, tmp_path):
+    """The same roles serve plain NFS over TCP; switching profiles is a remount."""
+    tcp = with_var(lab["inventory"], tmp_path, kvprov_storage_profile="nfs_tcp")
+    r, _ = deploy(tcp, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = live_mount()
+    assert (m.opts["proto"], m.opts["port"]) == ("tcp", "2049")
+    assert [t.protocol for t in m.transports] == ["tcp"]
+    r, _ = deploy(lab["inventory"], "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert live_mount().opts["proto"] == "rdma"
