@@ -16,6 +16,7 @@ COMMANDS = [
     "kvprov.check",
     "kvprov.render",
     "kvprov.deploy",
+    "kvprov.validate.cli",
     "kvprov.lab.cli",
 ]
 

@@ -105,7 +105,7 @@ def test_rdma_link_soft_roce_and_connectx():
         "link rxe_data0/1 state ACTIVE physical_state LINK_UP netdev data0 \n"
         "link mlx5_0/1 subnet_prefix fe80:0000:0000:0000 lid 12 sm_lid 1 lmc 0 state ACTIVE physical_state LINK_UP\n"
         "link mlx5_2/1 state DOWN physical_state DISABLED netdev ens6f0np0 \n")
-    assert [(l.name, l.state, l.physical_state, l.netdev) for l in links] == [
+    assert [(x.name, x.state, x.physical_state, x.netdev) for x in links] == [
         ("rxe_data0/1", "ACTIVE", "LINK_UP", "data0"),
         ("mlx5_0/1", "ACTIVE", "LINK_UP", ""),  # InfiniBand: no netdev shown
         ("mlx5_2/1", "DOWN", "DISABLED", "ens6f0np0")]
@@ -141,8 +141,8 @@ SHOW = """\
 Type=simple
 Restart=on-failure
 NRestarts=2
-ExecStart={ path=/opt/kvprov/sglang/bin/python3 ; argv[]=/opt/kvprov/sglang/bin/python3 -m sglang.launch_server --port=8000 ; ignore_errors=no }
-Environment=PYTHONHASHSEED=0 "HF_HOME=/var/lib/sglang/hugging face" SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=/mnt/kvcache/h/main
+ExecStart={ path=/opt/sg/bin/python3 ; argv[]=/opt/sg/bin/python3 -m sglang.launch_server ; ignore_errors=no }
+Environment=PYTHONHASHSEED=0 "HF_HOME=/var/lib/hugging face" SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=/mnt/kv/h/main
 ActiveState=activating
 SubState=auto-restart
 ConditionResult=yes
@@ -152,10 +152,10 @@ ConditionResult=yes
 def test_systemctl_show_keeps_equals_signs_in_values():
     props = parsers.parse_systemctl_show(SHOW)
     assert props["NRestarts"] == "2" and props["SubState"] == "auto-restart"
-    assert props["ExecStart"].startswith("{ path=/opt/kvprov/sglang/bin/python3 ;")
+    assert props["ExecStart"].startswith("{ path=/opt/sg/bin/python3 ;")
     env = parsers.split_environment(props["Environment"])
-    assert env == {"PYTHONHASHSEED": "0", "HF_HOME": "/var/lib/sglang/hugging face",
-                   "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR": "/mnt/kvcache/h/main"}
+    assert env == {"PYTHONHASHSEED": "0", "HF_HOME": "/var/lib/hugging face",
+                   "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR": "/mnt/kv/h/main"}
 
 
 def test_systemctl_show_garbage():

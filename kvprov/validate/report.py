@@ -1,0 +1,112 @@
+"""Reports of `kvprov validate`: a readable table, JSON and JUnit XML (pure: results in, text out).
+
+Every text that came from a captured file is cleaned before it is printed or written:
+control characters (terminal escapes, NUL) are shown escaped, and the XML gets only
+characters XML 1.0 allows, so a hostile bundle cannot garble a terminal or a CI report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+
+from kvprov.validate.evaluate import FAIL, PASS, SKIP, STATUSES, WARN, Result
+
+_XML_BAD = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def clean(text: str) -> str:
+    """Printable text: control and format characters escaped (\\x1b, \\u202e ...)."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(text))
+
+
+def by_host(results: list[Result]) -> dict[str, list[Result]]:
+    out: dict[str, list[Result]] = {}
+    for r in results:
+        out.setdefault(r.host, []).append(r)
+    return out
+
+
+def checks(results: list[Result]) -> list[Result]:
+    """The results without the per-host summaries."""
+    return [r for r in results if r.id != "summary"]
+
+
+def counts(results: list[Result]) -> dict[str, int]:
+    return {s: sum(r.status == s for r in checks(results)) for s in STATUSES}
+
+
+def ok(results: list[Result]) -> bool:
+    """True when no check failed (warnings and skips allowed)."""
+    return not any(r.status == FAIL for r in results)
+
+
+def _status(r: Result) -> str:
+    return r.status.upper() if r.status in (FAIL, WARN) else r.status
+
+
+def format_table(results: list[Result]) -> str:
+    """HOST  CHECK  STATUS  FOUND, with expected/fix lines under what did not pass."""
+    rows = checks(results)
+    if not rows:
+        return "no results"
+    host_w = max(len("HOST"), *(len(clean(r.host)) for r in rows))
+    id_w = min(40, max(len("CHECK"), *(len(r.id) for r in rows)))
+    indent = " " * (host_w + 2 + id_w + 2 + 6 + 2)
+    lines = [f"{'HOST':<{host_w}}  {'CHECK':<{id_w}}  {'STATUS':<6}  FOUND"]
+    for r in rows:
+        lines.append(f"{clean(r.host):<{host_w}}  {clean(r.id):<{id_w}}  {_status(r):<6}  {clean(r.found)}")
+        if r.status in (FAIL, WARN) and r.expected:
+            lines.append(f"{indent}expected: {clean(r.expected)}")
+        if r.status in (FAIL, WARN) and r.fix:
+            lines.append(f"{indent}fix: {clean(r.fix)}")
+    lines.append("")
+    for host, rs in by_host(results).items():
+        n = counts(rs)
+        verdict = "FAILED" if not ok(rs) else "ok"
+        lines.append(f"{clean(host)}: {verdict} ({n[FAIL]} failed, {n[WARN]} warnings, {n[SKIP]} skipped, "
+                     f"{n[PASS]} passed)")
+    return "\n".join(lines)
+
+
+def to_json(results: list[Result]) -> dict:
+    """{"ok", "hosts": {host: {"ok", "counts", "results": [Result fields ...]}}} (summaries included)."""
+    hosts = {host: {"ok": ok(rs), "counts": counts(rs), "results": [asdict(r) for r in rs]}
+             for host, rs in by_host(results).items()}
+    return {"ok": ok(results), "hosts": hosts}
+
+
+def format_json(results: list[Result]) -> str:
+    return json.dumps(to_json(results), indent=2) + "\n"
+
+
+def _x(text: str) -> str:
+    return _XML_BAD.sub("\ufffd", str(text))
+
+
+def to_junit(results: list[Result]) -> str:
+    """JUnit XML: a testsuite per host, a testcase per check (failures, skips; warnings in system-out)."""
+    all_checks = checks(results)
+    n = counts(all_checks)
+    root = ET.Element("testsuites", name="kvprov validate", tests=str(len(all_checks)), failures=str(n[FAIL]),
+                      skipped=str(n[SKIP]), errors="0")
+    for host, rs in by_host(all_checks).items():
+        hn = counts(rs)
+        suite = ET.SubElement(root, "testsuite", name=_x(host), tests=str(len(rs)), failures=str(hn[FAIL]),
+                              skipped=str(hn[SKIP]), errors="0")
+        for r in rs:
+            case = ET.SubElement(suite, "testcase", classname=_x(f"{host}.{r.category}"), name=_x(r.id))
+            detail = "\n".join(f"{k}: {v}" for k, v in (("expected", r.expected), ("found", r.found),
+                                                        ("fix", r.fix)) if v)
+            if r.status == FAIL:
+                failure = ET.SubElement(case, "failure", message=_x(r.found[:500]), type="fail")
+                failure.text = _x(detail)
+            elif r.status == SKIP:
+                ET.SubElement(case, "skipped", message=_x(r.found[:500]))
+            else:
+                out = ET.SubElement(case, "system-out")
+                out.text = _x(("warning: " if r.status == WARN else "") + detail)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -1,0 +1,94 @@
+"""`kvprov validate --bundle` through the real CLI, in a subprocess, as a support engineer runs it."""
+
+import json
+import os
+import shutil
+import xml.etree.ElementTree as ET
+
+from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_USAGE
+from tests.conftest import FIXTURES, kvprov
+
+BUNDLES = FIXTURES / "bundles"
+
+
+def test_good_bundle_exits_0_with_a_table():
+    r = kvprov("validate", "--bundle", str(BUNDLES / "lab_gpu1"), timeout=60)
+    assert r.returncode == EXIT_OK, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["HOST", "CHECK", "STATUS", "FOUND"]
+    assert any(line.split()[:3] == ["kvlab-gpu1", "mount.transport", "pass"] for line in lines)
+    assert any(line.split()[:4] == ["kvlab-gpu1", "gds.gpu", "skip", "no"] for line in lines)
+    assert lines[-1] == "kvlab-gpu1: ok (0 failed, 0 warnings, 10 skipped, 22 passed)"
+    assert r.stderr == ""
+
+
+def test_tcp_fallback_exits_1_and_writes_json_and_junit(tmp_path):
+    out, junit = tmp_path / "r.json", tmp_path / "r.xml"
+    r = kvprov("validate", "--bundle", str(BUNDLES / "lab_tcp_fallback"), "--json", str(out), "--junit", str(junit),
+               timeout=60)
+    assert r.returncode == EXIT_CHECKS_FAILED
+    row = next(line for line in r.stdout.splitlines() if " mount.transport " in line)
+    assert row.split()[2] == "FAIL" and "fell back to TCP" in row
+    assert "fix: usual causes: rpcrdma was not loaded" in r.stdout
+    assert r.stdout.splitlines()[-1].startswith("kvlab-gpu1: FAILED (4 failed")
+
+    data = json.loads(out.read_text())
+    host = data["hosts"]["kvlab-gpu1"]
+    assert data["ok"] is False and host["counts"]["fail"] == 4
+    failed = sorted(x["id"] for x in host["results"] if x["status"] == "fail")
+    assert failed == ["mount.options", "mount.transport", "mount.unit", "rdma.module", "summary"]
+
+    root = ET.parse(junit).getroot()
+    assert root.get("failures") == "4"
+    names = [c.get("name") for c in root.iter("testcase") if c.find("failure") is not None]
+    assert sorted(names) == ["mount.options", "mount.transport", "mount.unit", "rdma.module"]
+    assert len(list(root.iter("testcase"))) == len(host["results"]) - 1  # every check, not the summary
+
+
+def test_json_to_stdout_replaces_the_table():
+    r = kvprov("validate", "--bundle", str(BUNDLES / "gpu_a01"), "--json", "-", timeout=60)
+    assert r.returncode == EXIT_OK
+    data = json.loads(r.stdout)
+    assert data["hosts"]["gpu-a01.corp.example.com"]["counts"] == {"pass": 36, "fail": 0, "warn": 0, "skip": 1}
+
+
+def test_several_bundles_one_report():
+    r = kvprov("validate", "--bundle", str(BUNDLES / "local_c1"), "--bundle", str(BUNDLES / "lab_no_layout"),
+               timeout=60)
+    assert r.returncode == EXIT_CHECKS_FAILED
+    assert r.stdout.splitlines()[-2:] == ["kvlab-c1: ok (0 failed, 0 warnings, 20 skipped, 12 passed)",
+                                          "kvlab-gpu1: FAILED (2 failed, 0 warnings, 10 skipped, 20 passed)"]
+
+
+def test_usage_errors_exit_2(tmp_path):
+    r = kvprov("validate", "--bundle", str(tmp_path / "nope"), timeout=60)
+    assert r.returncode == EXIT_USAGE and "no such bundle directory" in r.stderr
+    r = kvprov("validate", "--bundle", str(tmp_path), timeout=60)
+    assert r.returncode == EXIT_USAGE
+    assert "desired.json: missing from the bundle; the bundle cannot be validated without the desired state" in r.stderr
+    (tmp_path / "desired.json").write_text('{"format": 1, "host": "x"}')
+    r = kvprov("validate", "--bundle", str(tmp_path), timeout=60)
+    assert r.returncode == EXIT_USAGE and "storage.profile: missing" in r.stderr
+    r = kvprov("validate", timeout=60)
+    assert r.returncode == EXIT_USAGE and "give --bundle DIR/HOST" in r.stderr
+    r = kvprov("validate", "inventory/lab.yml", timeout=60)
+    assert r.returncode == EXIT_USAGE and "not in this version" in r.stderr
+    r = kvprov("validate", "--bundle", str(BUNDLES / "lab_gpu1"), "--json", str(tmp_path / "no/such/dir/x.json"),
+               timeout=60)
+    assert r.returncode == EXIT_USAGE and "cannot write" in r.stderr
+
+
+def test_hostile_bundle_is_reported_not_crashed_on(tmp_path):
+    b = tmp_path / "customer"
+    shutil.copytree(BUNDLES / "lab_garbage", b)
+    os.symlink("/etc/shadow", b / "cufile.json")
+    os.mkfifo(b / "systemctl/kvprov-sglang-main.service.txt.fifo")
+    (b / "systemctl/kvprov-sglang-main.service.txt").unlink()
+    os.mkfifo(b / "systemctl/kvprov-sglang-main.service.txt")
+    os.truncate(b / "proc/mountinfo", 5 << 30)
+    junit = tmp_path / "r.xml"
+    r = kvprov("validate", "--bundle", str(b), "--junit", str(junit), timeout=60)
+    assert r.returncode == EXIT_CHECKS_FAILED, r.stderr
+    assert "Traceback" not in r.stderr and "\x1b" not in r.stdout
+    assert "more than the 16 MiB limit" in r.stdout and "not a regular file" in r.stdout
+    ET.parse(junit)  # still valid XML
