@@ -911,8 +911,15 @@ def nixl_options(c: Context) -> Result:
 
 # ---------------------------------------------------------------------------- engine (per instance)
 
-def _gpu_present(c: Context) -> bool:
-    return c.gpu().present
+def _no_run_reason(c: Context) -> str:
+    """Why the engine should not run on this host ("" when it should)."""
+    if not c.d.sglang_install:
+        try:
+            gpu = c.gpu().present
+        except FileProblem:  # gpu.json unusable: the install flag alone decides
+            gpu = True
+        return "no GPU" if not gpu else "kvprov_sglang_install is false"
+    return "" if c.gpu().present else "no GPU"
 
 
 @instance_check("unit")
@@ -949,14 +956,13 @@ def engine_state(c: Context, inst: Instance) -> Result:
     restarts = int(restarts_text) if restarts_text.isdigit() and len(restarts_text) < 10 else 0
     state = f"ActiveState={show(active, 30)} SubState={show(sub, 30)} NRestarts={restarts}"
     logs = f"`journalctl -u {inst.unit} -b -n 200`"
-    gpu = _gpu_present(c)
-    running_expected = c.d.sglang_install and gpu
+    reason = _no_run_reason(c)
+    running_expected = not reason
     if active == "failed" or sub == "auto-restart" or (restarts > 0 and active != "active"):
         expected = "active (running)" if running_expected else "inactive (skipped), never failed or restarting"
         return _r(FAIL, expected, f"{state}: failed or in a restart loop", f"read {logs}, fix, then "
                                                                            f"`systemctl restart {inst.unit}`")
     if not running_expected:
-        reason = "no GPU" if not gpu else "kvprov_sglang_install is false"
         expected = f"inactive: {reason}, so the service does not run (and never fails)"
         if active == "inactive":
             if cond == "no" and props.get("ConditionTimestamp"):

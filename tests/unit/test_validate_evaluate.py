@@ -529,3 +529,39 @@ def test_evaluate_bundle_usage_errors(tmp_path):
 def test_summary_counts():
     s = results("lab_tcp_fallback")["summary"]
     assert (s.status, s.found) == (FAIL, "18 pass, 4 fail, 0 warn, 10 skip")
+
+
+def test_engine_state_without_gpu_json_when_not_installed():
+    files = files_of("lab_gpu1")
+    del files[bf.GPU]
+    rs = run(files)
+    assert rs["engine.main.state"].status == PASS  # install: false decides alone
+    assert "kvprov_sglang_install is false" in rs["engine.main.state"].found
+    assert rs["gds.gpu"].found == "gpu.json: missing from the bundle"
+
+
+def test_nfs_tcp_profile():
+    files = files_of("lab_tcp_fallback")
+
+    def tcp(d):
+        d["storage"].update(profile="nfs_tcp", transport="tcp")
+        d["storage"]["options"] = [o.replace("rdma", "tcp").replace("20049", "2049") for o in d["storage"]["options"]]
+    edit_json(files, bf.DESIRED, tcp)
+    sub(files, "files/etc/systemd/system/mnt-kvcache.mount", "proto=rdma,port=20049", "proto=tcp,port=2049")
+    files["files/etc/fstab"] = b"/dev/vda / ext4 errors=remount-ro 0 1\n"
+    rs = run(files)
+    assert {k: r.status for k, r in rs.items() if r.status in (FAIL, WARN)} == {}
+    assert rs["mount.transport"].found == "xprt: tcp (options say proto=tcp)"
+    assert rs["rdma.module"].found == "storage profile nfs_tcp does not use RDMA"
+    assert rs["packages.required"].expected == "installed: nfs-common or nfs-utils"
+
+
+def test_collect_json_missing_or_for_another_host_is_a_warning():
+    files = files_of("lab_gpu1")
+    edit_json(files, bf.COLLECT, lambda d: d.update(host="kvlab-gpu2"))
+    r = run(files)["bundle.collect"]
+    assert r.status == WARN and "collect.json names host kvlab-gpu2, desired.json kvlab-gpu1" in r.found
+    del files[bf.COLLECT]
+    r = run(files)["bundle.collect"]
+    assert r.status == WARN and r.found == "collect.json: missing from the bundle"
+    assert run(files)["summary"].status == PASS
