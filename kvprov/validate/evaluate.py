@@ -481,12 +481,13 @@ def mount_layoutget(c: Context) -> Result:
     if c.d.pnfs_layout == "none":
         return _r(SKIP, "", "kvprov_storage_pnfs_layout is none: no layout expected")
     expected = "LAYOUTGET > 0 after the I/O probe's write and read"
-    s = c.stats()
     io = c.io()
-    n = s.op_count("LAYOUTGET")
     if not io.ok:
-        return _r(FAIL, expected, f"LAYOUTGET {n} proves nothing: the I/O probe did not complete ({io.failure()})",
+        return _r(FAIL, expected, f"the layout counters prove nothing: the I/O probe did not complete "
+                                  f"({io.failure()})",
                   "fix mount.io_probe first, then collect again: layout counters move only on real reads/writes")
+    s = c.stats()
+    n = s.op_count("LAYOUTGET")
     if "LAYOUTGET" not in s.ops:
         raise FileProblem(bf.MOUNTSTATS, f"has no per-op statistics for {c.d.mount_point}: truncated capture?")
     if n == 0:
