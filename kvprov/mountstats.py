@@ -54,13 +54,12 @@ def parse(text: str) -> list[MountStats]:
             # device SRV:/path mounted on /mnt/x with fstype nfs4 statvers=1.1
             words = raw.split()
             try:
-                on = words.index("on")
+                on, with_ = words.index("on"), words.index("with")
                 fstype = words[words.index("fstype") + 1]
             except (ValueError, IndexError):
                 current = None
                 continue
-            current = MountStats(device=words[1], mountpoint=" ".join(words[on + 1:words.index("with")]),
-                                 fstype=fstype)
+            current = MountStats(device=words[1], mountpoint=" ".join(words[on + 1:with_]), fstype=fstype)
             mounts.append(current)
             in_ops = False
             continue

@@ -50,6 +50,10 @@ def test_each_kind_of_difference_is_named():
     ]
 
 
+def test_unescape_takes_only_octal_escapes():
+    assert ms.unescape(r"/mnt/a\040b\999\12") == "/mnt/a b\\999\\12"
+
+
 def test_garbage_lines_are_ignored():
     assert ms.parse_mountinfo("garbage\n1 2 - x\n\n" + MOUNTINFO, "/mnt/kvcache")["source"] == "10.99.1.1:/kv"
 

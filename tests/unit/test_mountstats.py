@@ -68,3 +68,4 @@ def test_every_xprt_line_is_kept_and_the_topmost_mount_wins():
 
 def test_garbage_does_not_crash():
     assert mountstats.parse("device\n\txprt:\n\topts:\tx\n\x00\xff junk\ndevice a mounted on") == []
+    assert mountstats.parse("device a mounted on /x fstype nfs4\n\topts:\trw\n") == []  # no "with"

@@ -31,7 +31,7 @@ def unescape(field: str) -> str:
     """mountinfo escapes space, tab, newline and backslash as \\ooo."""
     out, i = [], 0
     while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
+        if field[i] == "\\" and len(field[i + 1:i + 4]) == 3 and all(c in "01234567" for c in field[i + 1:i + 4]):
             out.append(chr(int(field[i + 1:i + 4], 8)))
             i += 4
         else:
