@@ -54,6 +54,13 @@ def test_unescape_takes_only_octal_escapes():
     assert ms.unescape(r"/mnt/a\040b\999\12") == "/mnt/a b\\999\\12"
 
 
+def test_the_default_nfs_port_is_not_shown_by_the_kernel():
+    tcp = MOUNTINFO.replace("proto=rdma,max_connect=16,port=20049", "proto=tcp,max_connect=16")
+    live = ms.parse_mountinfo(tcp, "/mnt/kvcache")
+    assert ms.differences(live, "10.99.1.1:/kv", ["proto=tcp", "port=2049"]) == []
+    assert ms.differences(live, "10.99.1.1:/kv", ["port=20049"]) == ["port: live 2049, want 20049"]
+
+
 def test_garbage_lines_are_ignored():
     assert ms.parse_mountinfo("garbage\n1 2 - x\n\n" + MOUNTINFO, "/mnt/kvcache")["source"] == "10.99.1.1:/kv"
 

@@ -25,6 +25,8 @@ KERNEL_FLAGS = {"hard": "soft", "soft": "hard"}
 # key=value options whose live value the kernel reports for NFS.
 KERNEL_VALUES = ("vers", "proto", "port", "rsize", "wsize", "nconnect", "max_connect", "timeo",
                  "retrans", "sec", "write", "lookupcache", "local_lock")
+# Values the kernel leaves out of mountinfo when they are its default.
+KERNEL_DEFAULTS = {"port": "2049"}
 
 
 def unescape(field: str) -> str:
@@ -82,8 +84,9 @@ def differences(live: dict, source: str, desired: list) -> list:
                 diffs.append(f"{key}: live {KERNEL_FLAGS[key] if KERNEL_FLAGS[key] in opts else 'absent'}, "
                              f"want {key}")
             continue
-        if key in KERNEL_VALUES and str(opts.get(key, "absent")) != value:
-            diffs.append(f"{key}: live {opts.get(key, 'absent')}, want {value}")
+        live_value = str(opts.get(key, KERNEL_DEFAULTS.get(key, "absent")))
+        if key in KERNEL_VALUES and live_value != value:
+            diffs.append(f"{key}: live {live_value}, want {value}")
     return diffs
 
 
