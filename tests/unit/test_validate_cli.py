@@ -70,9 +70,9 @@ def test_usage_errors_exit_2(tmp_path):
     r = kvprov("validate", "--bundle", str(tmp_path), timeout=60)
     assert r.returncode == EXIT_USAGE and "storage.profile: missing" in r.stderr
     r = kvprov("validate", timeout=60)
-    assert r.returncode == EXIT_USAGE and "give --bundle DIR/HOST" in r.stderr
-    r = kvprov("validate", "inventory/lab.yml", timeout=60)
-    assert r.returncode == EXIT_USAGE and "not in this version" in r.stderr
+    assert r.returncode == EXIT_USAGE and "give an INVENTORY or --bundle DIR/HOST" in r.stderr
+    r = kvprov("validate", "inventory/lab.yml", "--bundle", str(tmp_path), timeout=60)
+    assert r.returncode == EXIT_USAGE and "not both" in r.stderr
     r = kvprov("validate", "--bundle", str(BUNDLES / "lab_gpu1"), "--json", str(tmp_path / "no/such/dir/x.json"),
                timeout=60)
     assert r.returncode == EXIT_USAGE and "cannot write" in r.stderr

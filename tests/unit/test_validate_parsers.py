@@ -288,11 +288,10 @@ def test_mountinfo_garbage(text):
         parsers.parse_mountinfo(text, "/mnt/kvcache")
 
 
-def test_mountinfo_bad_octal_escape_is_a_parse_error_not_a_crash():
-    # kvprov_mount_state.unescape() raises ValueError on "\\999" (not octal); validate must not crash
+def test_mountinfo_bad_octal_escape_is_kept_literally_not_a_crash():
     line = "52 27 0:48 / /mnt/\\999 rw - nfs4 srv:/kv rw,vers=4.2\n"
-    with pytest.raises(ParseError):
-        parsers.parse_mountinfo(line, "/mnt/kvcache")
+    assert parsers.parse_mountinfo(line, "/mnt/\\999")["source"] == "srv:/kv"
+    assert parsers.parse_mountinfo(line, "/mnt/kvcache") is None
 
 
 def test_mountstats_garbage_and_the_parsers_crashing_input():
