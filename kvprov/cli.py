@@ -17,6 +17,7 @@ COMMANDS = [
     "kvprov.render",
     "kvprov.deploy",
     "kvprov.validate.cli",
+    "kvprov.validate.collect",
     "kvprov.lab.cli",
 ]
 

@@ -37,6 +37,7 @@ class RunResult:
     hosts: dict[str, HostSummary] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     diffs: list[dict] = field(default_factory=list)
+    captured: dict[str, dict] = field(default_factory=dict)  # host -> result of the capture task
     seconds: float = 0.0
 
     @property
@@ -70,8 +71,8 @@ def _message(res: dict) -> str:
 class _Printer:
     """Progress for people: each task once, then only what changed or failed per host."""
 
-    def __init__(self, stream, result: RunResult, verbose: bool):
-        self.stream, self.result, self.verbose = stream, result, verbose
+    def __init__(self, stream, result: RunResult, verbose: bool, capture: str | None = None):
+        self.stream, self.result, self.verbose, self.capture = stream, result, verbose, capture
         self.t0 = time.monotonic()
 
     def say(self, text: str) -> None:
@@ -85,6 +86,8 @@ class _Printer:
         if kind == "playbook_on_task_start":
             self.say(f"TASK {data.get('role', '') + ' : ' if data.get('role') else ''}{task}")
         elif kind == "runner_on_ok":
+            if self.capture and task == self.capture:
+                self.result.captured[host] = data.get("res", {})
             if data.get("res", {}).get("changed"):
                 self.say(f"  changed: {host}")
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
@@ -107,7 +110,8 @@ class _Printer:
 
 def run(playbook: str, inventory: Path, *, name: str, extravars: dict | None = None,
         limit: str | None = None, tags: str | None = None, check: bool = False, diff: bool = False,
-        stream=None, verbose: bool = False) -> RunResult:
+        stream=None, verbose: bool = False, capture: str | None = None) -> RunResult:
+    """Run a playbook; `capture` names a task whose per-host results are kept in `captured`."""
     import ansible_runner
 
     stream = stream or sys.stderr
@@ -115,7 +119,7 @@ def run(playbook: str, inventory: Path, *, name: str, extravars: dict | None = N
     private = runs_dir() / f"{stamp}-{name}-{os.getpid()}"
     private.mkdir(parents=True, exist_ok=True)
     result = RunResult(rc=-1, artifacts=private)
-    printer = _Printer(stream, result, verbose)
+    printer = _Printer(stream, result, verbose, capture)
     cmdline = " ".join(x for x in ("--check" if check else "", "--diff" if diff else "") if x)
     t0 = time.monotonic()
     r = ansible_runner.run(

@@ -6,11 +6,13 @@ or a bundle without a usable desired.json.
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
-from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_USAGE, KvprovError
-from kvprov.validate import evaluate, report
+from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
+from kvprov.validate import collect, evaluate, report
 
 
 def add_parser(sub) -> None:
@@ -21,7 +23,11 @@ def add_parser(sub) -> None:
                     "the checks run offline on captured files (docs/bundle.md), e.g. a customer's capture. "
                     "Exit 0: no check failed; 1: a check failed; 2: no usable bundle.")
     p.add_argument("inventory", nargs="?", metavar="INVENTORY",
-                   help="live hosts of an inventory (not in this version: use --bundle on a capture)")
+                   help="validate the live hosts of this inventory (collects a bundle per host first)")
+    p.add_argument("--limit", help="Ansible host pattern (with INVENTORY)")
+    p.add_argument("--timeout", type=int, default=30, metavar="S",
+                   help="seconds for each host-side probe, e.g. the I/O on a possibly hung mount (default 30)")
+    p.add_argument("--keep", type=Path, metavar="DIR", help="keep the collected bundles in DIR (with INVENTORY)")
     p.add_argument("--bundle", action="append", default=[], metavar="DIR/HOST",
                    help="a host's bundle directory (repeat for several hosts)")
     p.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
@@ -39,14 +45,21 @@ def _write(path: str, text: str) -> None:
 def cmd_validate(args) -> int:
     if args.inventory and args.bundle:
         raise KvprovError("give either an inventory or --bundle, not both", EXIT_USAGE)
+    unreachable = []
     if args.inventory:
-        raise KvprovError("validating live hosts from an inventory is not in this version of kvprov; capture a "
-                          "bundle per host (docs/bundle.md) and run `kvprov validate --bundle DIR/HOST`", EXIT_USAGE)
-    if not args.bundle:
-        raise KvprovError("give --bundle DIR/HOST (a bundle directory, see docs/bundle.md)", EXIT_USAGE)
+        out = args.keep or Path(tempfile.mkdtemp(prefix="kvprov-validate-"))
+        collected = collect.collect(args.inventory, out, args.limit, timeout=args.timeout)
+        args.bundle = [str(out / h) for h in sorted(collected.captured)]
+        unreachable = collected.unreachable
+        for f in collected.failures:
+            print(f"{f.host}: {'unreachable' if f.unreachable else 'collect failed'}: {f.message}", file=sys.stderr)
+    elif not args.bundle:
+        raise KvprovError("give an INVENTORY or --bundle DIR/HOST (a bundle directory, see docs/bundle.md)", EXIT_USAGE)
     results = []
     for path in args.bundle:
         results += evaluate.evaluate_bundle(path)
+    if args.inventory and not args.keep:
+        shutil.rmtree(out, ignore_errors=True)
     if args.json:
         text = report.format_json(results)
         if args.json == "-":
@@ -57,4 +70,6 @@ def cmd_validate(args) -> int:
         _write(args.junit, report.to_junit(results))
     if args.json != "-":
         print(report.format_table(results))
-    return EXIT_OK if report.ok(results) else EXIT_CHECKS_FAILED
+    if not report.ok(results):
+        return EXIT_CHECKS_FAILED
+    return EXIT_UNREACHABLE if unreachable else EXIT_OK

@@ -1,0 +1,70 @@
+"""`kvprov collect INVENTORY --out DIR`: capture each host's live KV-cache tier into
+DIR/<host>/ (docs/bundle.md), one module call per host (playbooks/collect.yml)."""
+
+from __future__ import annotations
+
+import posixpath
+import sys
+from pathlib import Path
+
+from kvprov import __version__, runner
+from kvprov.deploy import require_valid_inventory
+from kvprov.errors import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
+
+CAPTURE_TASK = "Capture the live state"
+
+
+def _safe_name(name: str) -> str | None:
+    """A bundle-relative name as the collector sent it, or None if it would leave the bundle."""
+    norm = posixpath.normpath(name)
+    if not name or norm.startswith(("/", "..")) or norm != name.rstrip("/"):
+        return None
+    return norm
+
+
+def write_bundle(root: Path, files: dict) -> list[str]:
+    """Write one host's captured files under root; return the names written."""
+    written = []
+    for name, text in sorted(files.items()):
+        rel = _safe_name(str(name))
+        if rel is None or not isinstance(text, str):
+            continue
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(rel)
+    return written
+
+
+def collect(inventory: str, out: Path, limit: str | None = None, stream=None, timeout: int = 30) -> runner.RunResult:
+    require_valid_inventory(inventory)
+    result = runner.run("collect.yml", inventory, name="collect",
+                        extravars={"kvprov_version": __version__, "kvprov_collect_timeout": timeout},
+                        limit=limit, stream=stream or sys.stderr, capture=CAPTURE_TASK)
+    for host, res in result.captured.items():
+        write_bundle(out / host, res.get("files") or {})
+    return result
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("collect", help="capture each host's live state into DIR/<host>/ (a validation bundle)",
+                       description="Capture mountinfo/mountstats after a forced small write, modules, RDMA links, "
+                                   "GDS, cufile.json, the managed config files, unit states, a NIXL probe, storage "
+                                   "dirs and packages into DIR/<host>/ (docs/bundle.md), for `kvprov validate "
+                                   "--bundle` here or elsewhere.")
+    p.add_argument("inventory")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--limit", help="Ansible host pattern")
+    p.add_argument("--timeout", type=int, default=30, metavar="S", help="seconds for each host-side probe")
+    p.set_defaults(func=cmd_collect)
+
+
+def cmd_collect(args) -> int:
+    if args.out.exists() and not args.out.is_dir():
+        raise KvprovError(f"--out {args.out} is not a directory", EXIT_USAGE)
+    result = collect(args.inventory, args.out, args.limit, timeout=args.timeout)
+    for host in sorted(result.captured):
+        print(f"{args.out / host}")
+    if result.failures:
+        runner.print_summary(result, sys.stderr)
+    return EXIT_UNREACHABLE if result.unreachable else (EXIT_OK if not result.failures else 1)

@@ -1,0 +1,285 @@
+#!/usr/bin/python3
+"""Ansible module: capture one host's KV-cache tier as a validation bundle (docs/bundle.md).
+
+Stdlib only. Everything that could block on a hard NFS mount that lost its server (I/O,
+stat, the NIXL probe) runs in a child process under a timeout; a child stuck in the
+kernel is abandoned, never waited for. Returns {"files": {bundle name: text}}; the
+controller writes them to DIR/<host>/.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kvprov_collect
+short_description: Capture the live KV-cache tier state of a host for kvprov validate
+options:
+  desired: {type: dict, required: true, description: desired.json content}
+  files: {type: list, elements: str, default: [], description: managed files to copy}
+  units: {type: list, elements: str, default: [], description: units for systemctl show}
+  io_bytes: {type: int, default: 4194304, description: size of the I/O probe file}
+  timeout: {type: int, default: 30, description: seconds for each probe}
+  kvprov_version: {type: str, default: unknown, description: the collecting kvprov's version}
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+FORMAT = 1
+MAX_FILE = 1 << 20
+
+NIXL_PROBE = r"""
+import json, sys
+out = {"import_ok": False, "version": None, "plugins": [], "backend": sys.argv[1], "backend_ok": False, "error": None}
+try:
+    from importlib.metadata import version
+    from nixl._api import nixl_agent, nixl_agent_config
+    out["import_ok"] = True
+    out["version"] = version("nixl")
+    agent = nixl_agent("kvprov-validate", nixl_agent_config(backends=[]))
+    out["plugins"] = sorted(agent.get_plugin_list())
+    agent.create_backend(sys.argv[1], {})
+    out["backend_ok"] = True
+except Exception as e:  # report, never raise: this is a probe
+    out["error"] = f"{type(e).__name__}: {e}"
+print(json.dumps(out))
+"""
+
+IO_PROBE = r"""
+import json, os, sys, time
+path, size = sys.argv[1], int(sys.argv[2])
+t0 = time.monotonic()
+buf = os.urandom(size)
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+try:
+    os.write(fd, buf)
+    os.fsync(fd)
+finally:
+    os.close(fd)
+fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+try:
+    import mmap
+    m = mmap.mmap(-1, size)  # page-aligned buffer for O_DIRECT
+    got = os.readv(fd, [m])
+    same = got == size and m[:] == buf
+finally:
+    os.close(fd)
+    os.unlink(path)
+print(json.dumps({"ok": same, "seconds": round(time.monotonic() - t0, 3), "error": None if same else "read back differs"}))
+"""
+
+STAT_PROBE = r"""
+import grp, json, os, pwd, stat, sys
+out = {}
+for path in sys.argv[1:]:
+    e = {"path": path, "exists": False, "is_dir": False, "owner": None, "group": None, "mode": None, "error": None}
+    try:
+        st = os.stat(path)
+        e.update(exists=True, is_dir=stat.S_ISDIR(st.st_mode), mode=format(stat.S_IMODE(st.st_mode), "04o"))
+        try: e["owner"] = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError: e["owner"] = str(st.st_uid)
+        try: e["group"] = grp.getgrgid(st.st_gid).gr_name
+        except KeyError: e["group"] = str(st.st_gid)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        e["error"] = str(err)
+    out[path] = e
+print(json.dumps(out))
+"""
+
+
+def run(cmd: list, timeout: float, stdin: str | None = None) -> tuple:
+    """(rc, stdout, stderr, timed_out). A child that will not die is left behind."""
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    except OSError as e:
+        return 127, "", str(e), False
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+        return proc.returncode, out, err, False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        try:
+            proc.communicate(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass  # stuck in the kernel (a hung hard mount): abandon it
+        return -9, "", f"timed out after {timeout}s", True
+
+
+def read(path: str, limit: int = MAX_FILE) -> str:
+    with open(path, "rb") as fh:
+        return fh.read(limit).decode(errors="replace")
+
+
+def mount_of(path: str, mountinfo: str) -> dict:
+    """The mount (longest mount point prefix) holding `path`, from mountinfo text alone."""
+    best = {"mount": None, "fstype": None, "device": None}
+    for line in mountinfo.splitlines():
+        f = line.split()
+        if "-" not in f:
+            continue
+        sep = f.index("-")
+        if sep < 5 or len(f) < sep + 3:
+            continue
+        mp = f[4].replace("\\040", " ")
+        if (path == mp or path.startswith(mp.rstrip("/") + "/")) and len(mp) >= len(best["mount"] or ""):
+            best = {"mount": mp, "fstype": f[sep + 1], "device": f[sep + 2]}
+    return best
+
+
+def collect(desired: dict, files: list, units: list, io_bytes: int, timeout: int, version: str) -> dict:
+    out: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    storage, nixl, sglang, gds = desired["storage"], desired["nixl"], desired["sglang"], desired["gds"]
+    mp = storage["mount_point"]
+    out["desired.json"] = json.dumps(desired, indent=2)
+
+    # A real write + read-back on the KV tier (NFS or local directory): it proves the tier
+    # answers, and makes the pNFS layout counters in mountstats mean something.
+    probe = f"{mp}/.kvprov-probe-{desired['host']}"
+    rc, so, se, to = run([sys.executable, "-c", IO_PROBE, probe, str(io_bytes)], timeout)
+    result = {"ok": False, "seconds": None, "error": None, "timed_out": to, "bytes": io_bytes, "path": probe}
+    if rc == 0:
+        result.update(json.loads(so))
+    else:
+        result["error"] = (se.strip().splitlines() or ["failed"])[-1]
+    out["io_probe.json"] = json.dumps(result, indent=2)
+
+    for name, path in (("proc/mountinfo", "/proc/self/mountinfo"), ("proc/mountstats", "/proc/self/mountstats")):
+        try:
+            out[name] = read(path, 16 << 20)
+        except OSError as e:
+            errors[name] = str(e)
+    mountinfo = out.get("proc/mountinfo", "")
+
+    if storage["transport"] == "rdma":
+        try:
+            out["proc/modules"] = read("/proc/modules", 4 << 20)
+        except OSError as e:
+            errors["proc/modules"] = str(e)
+        rc, so, se, _ = run(["rdma", "link"], 10)
+        if rc == 0:
+            out["rdma_link.txt"] = so
+        else:
+            errors["rdma_link.txt"] = se.strip() or f"rdma link exited {rc}"
+    else:
+        skipped["proc/modules"] = skipped["rdma_link.txt"] = f"storage profile {storage['profile']}: no RDMA"
+
+    gpus_dir = "/proc/driver/nvidia/gpus"
+    gpus = sorted(os.listdir(gpus_dir)) if os.path.isdir(gpus_dir) else []
+    driver = None
+    if os.path.exists("/proc/driver/nvidia/version"):
+        first = read("/proc/driver/nvidia/version").split()
+        driver = next((w for w in first if w[:1].isdigit() and "." in w), None)
+    out["gpu.json"] = json.dumps({"present": bool(gpus), "driver": driver, "gpus": gpus, "error": None}, indent=2)
+    if gpus:
+        tool = next((p for p in ("/usr/local/cuda/gds/tools/gdscheck", "/usr/local/cuda/gds/tools/gdscheck.py")
+                     if os.path.exists(p)), "gdscheck")
+        rc, so, se, _ = run([tool, "-p"], 60)
+        if so:
+            out["gdscheck.txt"] = so
+        else:
+            errors["gdscheck.txt"] = se.strip() or f"gdscheck exited {rc}"
+        try:
+            out["cufile.json"] = read(gds["cufile_path"])
+        except OSError as e:
+            errors["cufile.json"] = str(e)
+    else:
+        skipped["gdscheck.txt"] = skipped["cufile.json"] = "no NVIDIA GPU"
+
+    for path in files:
+        if path == gds["cufile_path"] and not gpus:
+            continue  # kvprov writes cufile.json only on GPU hosts (already in `skipped`)
+        try:
+            out["files" + os.path.normpath(path)] = read(path)
+        except FileNotFoundError:
+            errors["files" + path] = "does not exist on the host"
+        except OSError as e:
+            errors["files" + path] = str(e)
+    if os.path.exists("/etc/fstab"):
+        out["files/etc/fstab"] = read("/etc/fstab")
+
+    for unit in units:
+        rc, so, se, _ = run(["systemctl", "show", "--no-pager", unit], 15)
+        if rc == 0:
+            out[f"systemctl/{unit}.txt"] = so
+        else:
+            errors[f"systemctl/{unit}.txt"] = se.strip()
+
+    python = os.path.join(nixl["venv"], "bin", "python3")
+    rc, so, se, to = run([python, "-c", NIXL_PROBE, nixl["plugin"].upper()], 120)
+    if rc == 0 and so.strip():
+        out["nixl_probe.json"] = so.strip().splitlines()[-1]
+    else:
+        out["nixl_probe.json"] = json.dumps({"import_ok": False, "version": None, "plugins": [],
+                                             "backend": nixl["plugin"].upper(), "backend_ok": False,
+                                             "error": se.strip()[-500:] or f"exited {rc}"})
+
+    paths = {"": mp, **{i["name"]: i["storage_dir"] for i in sglang["instances"]}}
+    rc, so, se, to = run([sys.executable, "-c", STAT_PROBE, *paths.values()], timeout)
+    stats = json.loads(so) if rc == 0 else {}
+    entries = {}
+    for name, path in paths.items():
+        e = stats.get(path) or {"path": path, "exists": False, "is_dir": False, "owner": None, "group": None,
+                                "mode": None, "error": "stat timed out (hung mount?)" if to else se.strip()}
+        e.update(mount_of(path, mountinfo))
+        e["is_on_kv_mount"] = e["mount"] == mp if storage["profile"] != "local" else path.startswith(mp)
+        w_rc = run(["runuser", "-u", sglang["user"], "--", "test", "-w", path], timeout)[0] if e["exists"] else 1
+        e["writable_by_service_user"] = w_rc == 0
+        entries[name] = e
+    out["storage_dirs.json"] = json.dumps({"mount_point": entries.pop(""), "instances": entries}, indent=2)
+
+    health = {}
+    for inst in sglang["instances"]:
+        url = f"http://127.0.0.1:{inst['port']}/health"
+        active = run(["systemctl", "is-active", "--quiet", inst["unit"]], 10)[0] == 0
+        h = {"running": active, "url": url, "status": None, "ok": False, "error": None if active else "not running"}
+        if active:
+            import urllib.request
+            try:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    h["status"] = resp.status
+                    h["ok"] = resp.status == 200
+            except Exception as e:
+                h["error"] = str(e)
+        health[inst["name"]] = h
+    out["health.json"] = json.dumps(health, indent=2)
+
+    rc, so, se, _ = run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\n"], 30)
+    if rc != 0:
+        rc, so, se, _ = run(["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"], 30)
+    if rc == 0:
+        out["packages.txt"] = so
+    else:
+        errors["packages.txt"] = se.strip()
+
+    out["collect.json"] = json.dumps({"format": FORMAT, "host": desired["host"],
+                                      "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                      "kvprov_version": version,
+                                      "errors": errors, "skipped": skipped}, indent=2)
+    return out
+
+
+def main():
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(argument_spec={
+        "desired": {"type": "dict", "required": True},
+        "files": {"type": "list", "elements": "str", "default": []},
+        "units": {"type": "list", "elements": "str", "default": []},
+        "io_bytes": {"type": "int", "default": 4 << 20},
+        "timeout": {"type": "int", "default": 30},
+        "kvprov_version": {"type": "str", "default": "unknown"},
+    }, supports_check_mode=True)
+    p = module.params
+    files = collect(p["desired"], p["files"], p["units"], p["io_bytes"], p["timeout"], p["kvprov_version"])
+    module.exit_json(changed=False, files=files)
+
+
+if __name__ == "__main__":
+    main()

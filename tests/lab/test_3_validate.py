@@ -1,0 +1,93 @@
+"""`kvprov validate` on the deployed lab: everything passes, then each sabotage is caught
+by the right check with the right message. Runs after test_2_deploy."""
+
+import json
+
+import pytest
+
+from kvprov.lab.ssh import ssh
+from tests.conftest import kvprov
+
+pytestmark = pytest.mark.lab
+
+GPU1 = ("127.0.0.1", 2221)
+STORAGE = ("127.0.0.1", 2220)
+TOML = "/etc/kvprov/nixl_backend_config.toml"
+UNIT = "/etc/systemd/system/kvprov-sglang-main.service"
+
+
+def sh(host, command, timeout=120):
+    r = ssh(*host, command, timeout=timeout)
+    assert r.returncode == 0, f"`{command}` on {host} -> {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def validate(lab, tmp_path, *args):
+    out = tmp_path / "results.json"
+    r = kvprov("validate", lab["inventory"], "--limit", "kvlab-gpu1,kvlab-c1", "--json", str(out), *args,
+               timeout=900)
+    data = json.loads(out.read_text()) if out.exists() else {"hosts": {}}
+    return r, {(h, x["id"]): x for h, v in data["hosts"].items() for x in v["results"]}
+
+
+@pytest.fixture(scope="module")
+def clean(lab, tmp_path_factory):
+    """The deployed lab validates clean (test_2_deploy left it deployed)."""
+    r, results = validate(lab, tmp_path_factory.mktemp("clean"))
+    return r, results
+
+
+def test_deployed_lab_passes_every_applicable_check(clean):
+    r, results = clean
+    failed = {k: v for k, v in results.items() if v["status"] == "fail"}
+    assert r.returncode == 0 and not failed, r.stdout[-4000:] + r.stderr[-2000:]
+    assert results[("kvlab-gpu1", "mount.transport")]["status"] == "pass"
+    assert results[("kvlab-gpu1", "mount.pnfs_layout")]["status"] == "pass"
+    assert results[("kvlab-gpu1", "mount.layoutget")]["status"] == "pass"
+    assert results[("kvlab-gpu1", "nixl.backend")]["status"] == "pass"
+    gds = results[("kvlab-gpu1", "gds.gpu")]
+    assert gds["status"] == "skip" and "no NVIDIA GPU" in gds["found"] + gds.get("fix", "") + gds.get("expected", "")
+
+
+def test_tcp_remount_is_caught(lab, tmp_path):
+    sh(GPU1, "systemctl stop mnt-kvcache.mount && mount -t nfs4 -o vers=4.1,proto=tcp,port=2049 10.99.1.1:/kv /mnt/kvcache")
+    try:
+        r, results = validate(lab, tmp_path)
+    finally:
+        sh(GPU1, "umount /mnt/kvcache; systemctl start mnt-kvcache.mount")
+    assert r.returncode == 1
+    t = results[("kvlab-gpu1", "mount.transport")]
+    assert t["status"] == "fail" and "tcp" in t["found"]
+
+
+def test_inactive_plugin_in_the_toml_is_caught(lab, tmp_path):
+    sh(GPU1, f"cp {TOML} /root/toml.bak && sed -i '/^active = /d' {TOML}")
+    try:
+        r, results = validate(lab, tmp_path)
+    finally:
+        sh(GPU1, f"mv /root/toml.bak {TOML}")
+    assert r.returncode == 1
+    assert results[("kvlab-gpu1", "nixl.active_plugin")]["status"] == "fail"
+
+
+def test_storage_dir_on_tmp_is_caught(lab, tmp_path):
+    sh(GPU1, f"cp {UNIT} /root/unit.bak && sed -i 's|STORAGE_DIR=/mnt/kvcache/kvlab-gpu1/main|STORAGE_DIR=/tmp/hicache|' "
+             f"{UNIT} && systemctl daemon-reload")
+    try:
+        r, results = validate(lab, tmp_path)
+    finally:
+        sh(GPU1, f"mv /root/unit.bak {UNIT} && systemctl daemon-reload")
+    assert r.returncode == 1
+    env = results[("kvlab-gpu1", "engine.main.storage_env")]
+    assert env["status"] == "fail" and "/tmp/hicache" in env["found"]
+
+
+def test_stopped_knfsd_is_caught_within_the_timeout(lab, tmp_path):
+    sh(STORAGE, "systemctl stop nfs-server")
+    try:
+        r, results = validate(lab, tmp_path, "--timeout", "10")
+    finally:
+        sh(STORAGE, "systemctl start nfs-server")
+    assert r.returncode == 1
+    probe = results[("kvlab-gpu1", "mount.io_probe")]
+    assert probe["status"] == "fail" and "hard mount hung" in probe["found"]
