@@ -60,8 +60,8 @@ def save_state(state: dict) -> None:
 
 
 def _ours(pid: int) -> bool:
-    """The pid is alive and is a process this lab started (its command line names the run dir
-    or the lab's machine name), so a recycled pid is never signalled."""
+    """The pid is alive and is a process this lab started (its command line names the lab's
+    run dir: QEMU's disks and nspawn's root live there), so a recycled pid is never signalled."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
