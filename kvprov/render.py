@@ -4,6 +4,7 @@ Contacts no host."""
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
@@ -19,7 +20,7 @@ def render(inventory: str, out: Path, host: str | None = None, stream=None) -> l
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     result = runner.run("render.yml", inventory, name="render", extravars={"kvprov_render_dir": str(out)},
-                        limit=host, stream=stream or open("/dev/null", "w"))
+                        limit=host, stream=stream or io.StringIO())  # quiet: only the paths are output
     if result.failures or result.rc != 0:
         runner.print_summary(result, sys.stderr)
         raise KvprovError("render failed", EXIT_CHECKS_FAILED)
