@@ -69,6 +69,16 @@ def _ours(pid: int) -> bool:
     return str(topology.run_dir()) in cmdline
 
 
+def _running(pid: int) -> bool:
+    """The process exists and has not exited (for a child just started: right after
+    fork/exec its /proc cmdline can briefly be empty, so `_ours` would misreport it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def preflight(topo: topology.Topology) -> None:
     if os.geteuid() != 0:
         raise KvprovError("the lab needs root (QEMU, network namespaces, overlay mounts): "
@@ -198,7 +208,7 @@ def up(clients: int = 1, containers: int = 0, progress: Progress | None = None) 
     started(storage.name, vm.start(storage, img, rundir, shared, accel))
     deadline = time.monotonic() + 20
     while not all(vm.listening(topology.LINK_PORT_BASE + i) for i in range(1, clients + 1)):
-        if time.monotonic() > deadline or not _ours(by_name[storage.name]["pid"]):
+        if time.monotonic() > deadline or not _running(by_name[storage.name]["pid"]):
             raise KvprovError(f"storage VM failed to start: {tail(rundir / storage.name / 'qemu.log')}", EXIT_LAB)
         time.sleep(0.1)
     for v in topo.clients_vms:
@@ -207,7 +217,7 @@ def up(clients: int = 1, containers: int = 0, progress: Progress | None = None) 
 
     def wait(host: dict) -> dict:
         limit = VM_BOOT_TIMEOUT if host["kind"] == "vm" else CONTAINER_BOOT_TIMEOUT
-        _wait_ssh(host, host["started"] + limit, lambda: _ours(host["pid"]))
+        _wait_ssh(host, host["started"] + limit, lambda: _running(host["pid"]))
         host["ready_after_s"] = round(time.monotonic() - host["started"], 1)
         progress(f"{host['name']}: ssh ready {host['ready_after_s']:.1f}s after its start")
         if host["role"] == "storage":

@@ -65,3 +65,18 @@ def test_cli_usage_error_exit_code():
     r = kvprov("lab", "sideways")
     assert r.returncode == EXIT_USAGE
     assert "invalid choice" in r.stderr
+
+
+def test_running_tells_live_from_exited_children():
+    import os
+    import subprocess
+    import time
+
+    assert lifecycle._running(os.getpid())
+    child = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while lifecycle._running(child.pid) and time.monotonic() < deadline:  # a zombie until reaped
+        time.sleep(0.05)
+    assert not lifecycle._running(child.pid)
+    child.wait()
+    assert not lifecycle._running(child.pid)
