@@ -19,6 +19,7 @@ import ipaddress
 import json
 import posixpath
 import re
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -26,7 +27,7 @@ from typing import Any, Callable
 import yaml
 
 from kvprov import inventory
-from kvprov.errors import EXIT_OK, EXIT_USAGE
+from kvprov.errors import EXIT_OK, EXIT_USAGE, KvprovError
 from kvprov.inventory import Host, Inventory, InventoryError, Problem, Setting, Var
 
 __all__ = ["Problem", "VarSpec", "check", "read_specs", "add_parser"]
@@ -558,8 +559,7 @@ def _nconnect_and_trunking(h: HostView) -> list[Problem]:
     """nconnect and session trunking exclude each other; the extra options must not bypass
     or duplicate the variables (the role adds nconnect=/max_connect=/trunkdiscovery itself)."""
     out = []
-    nconnect, trunking, max_connect = (h.get("kvprov_storage_nconnect"), h.get("kvprov_storage_trunking"),
-                                       h.get("kvprov_storage_max_connect"))
+    nconnect, trunking = h.get("kvprov_storage_nconnect"), h.get("kvprov_storage_trunking")
     if nconnect is None or trunking is None:
         return out
     # What the role puts on the mount: auto = none with nconnect, else max_connect/trunkdiscovery by OS.
@@ -763,6 +763,17 @@ def run(path: str) -> tuple[list[str], list[Problem]]:
     except InventoryError as e:
         return [], [Problem(e.file, e.line, None, None, e.detail, "error", e.column)]
     return inv.host_names, check(inv)
+
+
+def require_valid(path: str) -> list[str]:
+    """What deploy, render and collect run first: print the problems, and stop (exit 2)
+    before any host is contacted if there is an error. Returns the target host names."""
+    hosts, problems = run(path)
+    for line in format_lines(problems):
+        print(line, file=sys.stderr)
+    if has_errors(problems):
+        raise KvprovError(summary(path, hosts, problems) + "; no host was contacted", EXIT_USAGE)
+    return hosts
 
 
 def add_parser(sub) -> None:

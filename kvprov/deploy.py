@@ -6,17 +6,7 @@ from __future__ import annotations
 import sys
 
 from kvprov import check, runner
-from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
-
-
-def require_valid_inventory(path: str) -> list[str]:
-    """Run `kvprov check`'s rules; stop before any host is contacted if there is an error."""
-    hosts, problems = check.run(path)
-    for line in check.format_lines(problems):
-        print(line, file=sys.stderr)
-    if check.has_errors(problems):
-        raise KvprovError(check.summary(path, hosts, problems) + "; no host was contacted", EXIT_USAGE)
-    return hosts
+from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
 
 
 def add_parser(sub) -> None:
@@ -36,7 +26,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_deploy(args) -> int:
-    hosts = require_valid_inventory(args.inventory)
+    hosts = check.require_valid(args.inventory)
     print(f"deploy: {len(hosts)} host(s){' (check mode: no changes)' if args.check else ''}", file=sys.stderr)
     extravars = {"kvprov_storage_allow_remount": True} if args.allow_remount else {}
     result = runner.run("site.yml", args.inventory, name="deploy", extravars=extravars, limit=args.limit,

@@ -8,13 +8,12 @@ import io
 import sys
 from pathlib import Path
 
-from kvprov import runner
-from kvprov.deploy import require_valid_inventory
+from kvprov import check, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_USAGE, KvprovError
 
 
 def render(inventory: str, out: Path, host: str | None = None, stream=None) -> list[Path]:
-    hosts = require_valid_inventory(inventory)
+    hosts = check.require_valid(inventory)
     if host and host not in hosts:
         raise KvprovError(f"{inventory}: no host {host!r} in gpu_nodes (hosts: {', '.join(hosts)})", EXIT_USAGE)
     out = out.resolve()

@@ -108,6 +108,19 @@ class FileProblem(Exception):
         self.name, self.reason, self.fix, self.missing = name, reason, fix, missing
 
 
+def memo(cache: dict, key: str, fn):
+    """fn() once per key; a FileProblem is remembered and raised again like a value."""
+    if key not in cache:
+        try:
+            cache[key] = fn()
+        except FileProblem as e:
+            cache[key] = e
+    value = cache[key]
+    if isinstance(value, FileProblem):
+        raise value
+    return value
+
+
 def _parts(name: str) -> list[str]:
     parts = name.split("/")
     if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
@@ -129,15 +142,7 @@ class Bundle:
     # --- raw bytes
 
     def raw(self, name: str) -> bytes:
-        if name not in self._cache:
-            try:
-                self._cache[name] = self._read(name)
-            except FileProblem as e:
-                self._cache[name] = e
-        value = self._cache[name]
-        if isinstance(value, FileProblem):
-            raise value
-        return value
+        return memo(self._cache, name, lambda: self._read(name))
 
     def exists(self, name: str) -> bool:
         """Is there anything under this name (even something unreadable)?"""

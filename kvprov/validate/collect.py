@@ -7,8 +7,7 @@ import posixpath
 import sys
 from pathlib import Path
 
-from kvprov import __version__, runner
-from kvprov.deploy import require_valid_inventory
+from kvprov import __version__, check, runner
 from kvprov.errors import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 
 CAPTURE_TASK = "Capture the live state"
@@ -37,7 +36,7 @@ def write_bundle(root: Path, files: dict) -> list[str]:
 
 
 def collect(inventory: str, out: Path, limit: str | None = None, stream=None, timeout: int = 30) -> runner.RunResult:
-    require_valid_inventory(inventory)
+    check.require_valid(inventory)
     result = runner.run("collect.yml", inventory, name="collect",
                         extravars={"kvprov_version": __version__, "kvprov_collect_timeout": timeout},
                         limit=limit, stream=stream or sys.stderr, capture=CAPTURE_TASK)

@@ -121,15 +121,7 @@ class Context:
         self._memo: dict[str, Any] = {}
 
     def memo(self, key: str, fn: Callable[[], Any]) -> Any:
-        if key not in self._memo:
-            try:
-                self._memo[key] = fn()
-            except FileProblem as e:
-                self._memo[key] = e
-        value = self._memo[key]
-        if isinstance(value, FileProblem):
-            raise value
-        return value
+        return bf.memo(self._memo, key, fn)
 
     def parsed(self, name: str, parser: Callable[[str], Any]) -> Any:
         def parse():
