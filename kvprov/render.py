@@ -1,29 +1,30 @@
 """`kvprov render INVENTORY --out DIR [--host H]`: every file a host would get, written
-under DIR/<host>/<absolute path> by the roles' own templates (playbooks/render.yml).
+under DIR/<host>/<absolute path> from the roles' own templates (kvprov.desired).
 Contacts no host."""
 
 from __future__ import annotations
 
-import io
-import sys
 from pathlib import Path
 
-from kvprov import check, runner
-from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_USAGE, KvprovError
+from kvprov import desired
+from kvprov.errors import EXIT_OK, EXIT_USAGE, KvprovError
 
 
-def render(inventory: str, out: Path, host: str | None = None, stream=None) -> list[Path]:
-    hosts = check.require_valid(inventory)
-    if host and host not in hosts:
-        raise KvprovError(f"{inventory}: no host {host!r} in gpu_nodes (hosts: {', '.join(hosts)})", EXIT_USAGE)
-    out = out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    result = runner.run("render.yml", inventory, name="render", extravars={"kvprov_render_dir": str(out)},
-                        limit=host, stream=stream or io.StringIO())  # quiet: only the paths are output
-    if result.failures or result.rc != 0:
-        runner.print_summary(result, sys.stderr)
-        raise KvprovError("render failed", EXIT_CHECKS_FAILED)
-    return sorted(p for h in ([host] if host else hosts) for p in (out / h).rglob("*") if p.is_file())
+def render(inventory: str, out: Path, host: str | None = None) -> list[Path]:
+    states = desired.load(inventory)
+    if host and host not in states:
+        raise KvprovError(f"{inventory}: no host {host!r} in gpu_nodes (hosts: {', '.join(states)})", EXIT_USAGE)
+    written = []
+    for name, state in states.items():
+        if host and name != host:
+            continue
+        for dest, f in state["files"].items():
+            path = out / name / dest.lstrip("/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f["content"])
+            path.chmod(int(f["mode"], 8))
+            written.append(path)
+    return sorted(written)
 
 
 def add_parser(sub) -> None:

@@ -116,10 +116,10 @@ def _copy_apt_sources(rootfs: Path) -> None:
 
 def _configure(rootfs: Path, pubkey: str, log: Path) -> None:
     g = GUEST_DIR
-    _install(g / "kvprov-lab-net", rootfs / "usr/local/sbin/kvprov-lab-net", 0o755)
-    _install(g / "kvprov-lab-storage", rootfs / "usr/local/sbin/kvprov-lab-storage", 0o755)
-    _install(g / "kvprov-lab-net.service", rootfs / "etc/systemd/system/kvprov-lab-net.service")
-    _install(g / "kvprov-lab-storage.service", rootfs / "etc/systemd/system/kvprov-lab-storage.service")
+    _install(g / "kvlab-net", rootfs / "usr/local/sbin/kvlab-net", 0o755)
+    _install(g / "kvlab-storage", rootfs / "usr/local/sbin/kvlab-storage", 0o755)
+    _install(g / "kvlab-net.service", rootfs / "etc/systemd/system/kvlab-net.service")
+    _install(g / "kvlab-storage.service", rootfs / "etc/systemd/system/kvlab-storage.service")
     _install(g / "nfs-server-lab.conf", rootfs / "etc/systemd/system/nfs-server.service.d/kvprov-lab.conf")
     _install(g / "nfs.conf", rootfs / "etc/nfs.conf.d/kvprov-lab.conf")
     _install(g / "exports", rootfs / "etc/exports")
@@ -137,7 +137,7 @@ def _configure(rootfs: Path, pubkey: str, log: Path) -> None:
     (rootfs / "etc/systemd/journald.conf.d").mkdir(parents=True, exist_ok=True)
     (rootfs / "etc/systemd/journald.conf.d/kvprov-lab.conf").write_text("[Journal]\nStorage=volatile\n")
     chroot = ["chroot", str(rootfs)]
-    run(chroot + ["systemctl", "enable", "kvprov-lab-net.service", "kvprov-lab-storage.service",
+    run(chroot + ["systemctl", "enable", "kvlab-net.service", "kvlab-storage.service",
                   "nfs-server.service", "ssh.service"], log)
     # The GPU-node VMs must come up with NFS/RDMA *not* configured: kvprov's roles do it.
     run(chroot + ["systemctl", "disable", "nfs-blkmap.service"], log, check=False)

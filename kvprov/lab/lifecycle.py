@@ -145,7 +145,7 @@ def _wait_storage(host: dict, deadline: float) -> None:
     last = ""
     while time.monotonic() < deadline:
         r = ssh(host["address"], host["port"],
-                "systemctl is-active kvprov-lab-storage nfs-server; cat /proc/fs/nfsd/portlist", timeout=15)
+                "systemctl is-active kvlab-storage nfs-server; cat /proc/fs/nfsd/portlist", timeout=15)
         last = (r.stdout + r.stderr).strip()
         if r.returncode == 0 and f"rdma {topology.RDMA_PORT}" in r.stdout:
             return
@@ -153,7 +153,7 @@ def _wait_storage(host: dict, deadline: float) -> None:
             break
         time.sleep(1)
     journal = ssh(host["address"], host["port"],
-                  "journalctl -b --no-pager -n 30 -u kvprov-lab-storage -u nfs-server", timeout=15)
+                  "journalctl -b --no-pager -n 30 -u kvlab-storage -u nfs-server", timeout=15)
     raise KvprovError(f"storage VM did not start knfsd with RDMA: {last}\n{journal.stdout}", EXIT_LAB)
 
 

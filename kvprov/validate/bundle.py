@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 from kvprov.errors import EXIT_USAGE, KvprovError
 
-FORMAT = 1  # the bundle format this kvprov writes and reads (desired.json / collect.json "format")
+FORMAT = 2  # the bundle format this kvprov writes and reads (desired.json / collect.json "format")
 
 # ---------------------------------------------------------------------------- file names
 
@@ -273,6 +273,25 @@ class Instance:
 
 
 @dataclass(frozen=True)
+class ManagedFile:
+    """A file deploy writes, with the content the roles' templates render."""
+
+    path: str
+    mode: str
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class UnitWant:
+    """A unit deploy enables (and starts, when active)."""
+
+    unit: str
+    enabled: bool
+    active: bool
+
+
+@dataclass(frozen=True)
 class Desired:
     """What the inventory says this host should look like (desired.json)."""
 
@@ -295,6 +314,10 @@ class Desired:
     sglang_user: str
     sglang_install: bool
     instances: tuple[Instance, ...] = field(default_factory=tuple)
+    files: tuple[ManagedFile, ...] = field(default_factory=tuple)
+    units: tuple[UnitWant, ...] = field(default_factory=tuple)
+    packages: tuple[str, ...] = field(default_factory=tuple)
+    venvs: dict[str, dict[str, str | None]] = field(default_factory=dict)  # venv -> {dist: pinned version}
 
     @property
     def is_nfs(self) -> bool:
@@ -317,8 +340,10 @@ class Desired:
         out: dict[str, Any] = {"format": FORMAT}
         for key, attr, _ in _FIELDS:
             value = getattr(self, attr)
-            if attr == "instances":
+            if attr in ("instances", "units"):
                 value = [asdict(i) for i in value]
+            elif attr == "files":
+                value = {f.path: {"mode": f.mode, "role": f.role, "content": f.content} for f in value}
             elif isinstance(value, tuple):
                 value = list(value)
             section, _, leaf = key.rpartition(".")
@@ -352,6 +377,9 @@ class Desired:
         values["mount_options"] = tuple(values["mount_options"])
         values["rdma_dev_addr_list"] = tuple(values["rdma_dev_addr_list"])
         values["instances"] = tuple(Instance(**i) for i in values["instances"])
+        values["files"] = tuple(ManagedFile(path, **f) for path, f in values["files"].items())
+        values["units"] = tuple(UnitWant(**u) for u in values["units"])
+        values["packages"] = tuple(values["packages"])
         return cls(**values)
 
 
@@ -365,6 +393,8 @@ class DesiredError(KvprovError):
 
 _ABSENT = object()
 INSTANCE_FIELDS = {"name": str, "unit": str, "storage_dir": str, "port": int}
+UNIT_FIELDS = {"unit": str, "enabled": bool, "active": bool}
+FILE_FIELDS = {"mode": str, "role": str, "content": str}
 # (JSON key, Desired attribute, kind): kind is a type, a tuple of choices, "strs" or "instances".
 _FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("host", "host", str),
@@ -386,6 +416,10 @@ _FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("sglang.user", "sglang_user", str),
     ("sglang.install", "sglang_install", bool),
     ("sglang.instances", "instances", "instances"),
+    ("files", "files", "files"),
+    ("units", "units", "units"),
+    ("packages", "packages", "strs"),
+    ("venvs", "venvs", "venvs"),
 )
 
 
@@ -410,18 +444,34 @@ def _type_problem(value: Any, kind: Any) -> str | None:
     if kind == "strs":
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         return None if ok else "must be a list of strings"
-    if kind == "instances":
+    if kind in ("instances", "units"):
+        fields = INSTANCE_FIELDS if kind == "instances" else UNIT_FIELDS
         if not isinstance(value, list):
-            return "must be a list of {name, unit, storage_dir, port}"
-        for n, item in enumerate(value):
-            if not isinstance(item, dict) or set(item) != set(INSTANCE_FIELDS):
-                return f"[{n}] must have exactly the keys {', '.join(INSTANCE_FIELDS)}"
-            for k, t in INSTANCE_FIELDS.items():
-                if not _is(item[k], t):
-                    return f"[{n}].{k}: must be {'an integer' if t is int else 'a string'}"
-        return None
+            return "must be a list of {" + ", ".join(fields) + "}"
+        return _records_problem(dict(enumerate(value)), fields)
+    if kind == "files":
+        if not isinstance(value, dict) or not all(isinstance(k, str) and k.startswith("/") for k in value):
+            return "must map absolute paths to {" + ", ".join(FILE_FIELDS) + "}"
+        return _records_problem(value, FILE_FIELDS)
+    if kind == "venvs":
+        ok = isinstance(value, dict) and all(
+            isinstance(pins, dict) and all(isinstance(v, str) or v is None for v in pins.values())
+            for pins in value.values())
+        return None if ok else "must map venv paths to {distribution: pinned version or null}"
     return None if _is(value, kind) else f"must be {'a boolean' if kind is bool else 'a string'}, " \
                                           f"got {json.dumps(value)[:60]}"
+
+
+def _records_problem(records: dict, fields: dict[str, type]) -> str | None:
+    """Why a record of `records` lacks exactly `fields` with their types; None when all are fine."""
+    names = {int: "an integer", bool: "a boolean", str: "a string"}
+    for n, item in records.items():
+        if not isinstance(item, dict) or set(item) != set(fields):
+            return f"[{n!r}] must have exactly the keys {', '.join(fields)}"
+        for k, t in fields.items():
+            if not _is(item[k], t):
+                return f"[{n!r}].{k}: must be {names[t]}"
+    return None
 
 
 def load_desired(bundle: Bundle) -> Desired:

@@ -43,9 +43,10 @@ class Result:
     found: str = ""
     fix: str = ""
     host: str = ""
+    detail: str = ""  # several lines, e.g. a unified diff (audit)
 
 
-def _r(status: str, expected: str = "", found: str = "", fix: str = "") -> Result:
+def res(status: str, expected: str = "", found: str = "", fix: str = "") -> Result:
     """A result whose id and category the check runner fills in."""
     return Result("", "", status, expected, found, fix)
 
@@ -259,11 +260,11 @@ def instance_check(suffix: str) -> Callable[[InstanceCheck], InstanceCheck]:
     return register
 
 
-def _run(check_id: str, category: str, fn: Callable[[], Result]) -> Result:
+def run_check(check_id: str, category: str, fn: Callable[[], Result]) -> Result:
     try:
         result = fn()
     except FileProblem as e:
-        result = _r(FAIL, "usable captured data", show(str(e), 400), e.fix)
+        result = res(FAIL, "usable captured data", show(str(e), 400), e.fix)
     result.id, result.category = check_id, category
     return result
 
@@ -276,7 +277,7 @@ def bundle_collect(c: Context) -> Result:
     try:
         data = c.b.json_object(bf.COLLECT)
     except FileProblem as e:
-        return _r(WARN, expected, show(str(e), 300), "the bundle lacks its collector metadata; results below stand "
+        return res(WARN, expected, show(str(e), 300), "the bundle lacks its collector metadata; results below stand "
                                                      "on the files that are there")
     notes = []
     if data.get("format") != bf.FORMAT:
@@ -289,9 +290,9 @@ def bundle_collect(c: Context) -> Result:
         notes.append("the collector reported: " + "; ".join(f"{show(k, 60)}: {show(v, 120)}"
                                                            for k, v in list(errors.items())[:10]))
     if notes:
-        return _r(WARN, expected, " / ".join(notes), "the checks that need the files named here fail or skip; "
+        return res(WARN, expected, " / ".join(notes), "the checks that need the files named here fail or skip; "
                                                      "fix the capture and collect again")
-    return _r(PASS, expected, f"collected {show(data.get('time', '?'), 40)} by kvprov "
+    return res(PASS, expected, f"collected {show(data.get('time', '?'), 40)} by kvprov "
                               f"{show(data.get('kvprov_version', '?'), 20)}")
 
 
@@ -299,7 +300,7 @@ def bundle_collect(c: Context) -> Result:
 
 def _local_skip(c: Context) -> Result | None:
     if not c.d.is_nfs:
-        return _r(SKIP, "", f"storage profile local: {c.d.mount_point} is a local directory, no NFS mount")
+        return res(SKIP, "", f"storage profile local: {c.d.mount_point} is a local directory, no NFS mount")
     return None
 
 
@@ -310,7 +311,7 @@ def _mounted(c: Context) -> tuple[dict | None, Result | None]:
         return None, skip
     live = c.live()
     if live is None or live["fstype"] not in ("nfs", "nfs4"):
-        return None, _r(SKIP, "", f"no NFS mount on {c.d.mount_point} (see mount.present)")
+        return None, res(SKIP, "", f"no NFS mount on {c.d.mount_point} (see mount.present)")
     return live, None
 
 
@@ -328,14 +329,14 @@ def mount_present(c: Context) -> Result:
         found = f"nothing is mounted on {d.mount_point}" + (
             f"; {d.source} is mounted on {show(', '.join(elsewhere))}" if elsewhere else "")
         if not c.mountinfo_text().endswith("\n"):
-            return _r(FAIL, expected, f"{found}, but {bf.MOUNTINFO} ends mid-line: a truncated capture, so this "
+            return res(FAIL, expected, f"{found}, but {bf.MOUNTINFO} ends mid-line: a truncated capture, so this "
                                       "proves nothing", bf.RECOLLECT)
-        return _r(FAIL, expected, found, fix)
+        return res(FAIL, expected, found, fix)
     if live["fstype"] not in ("nfs", "nfs4"):
-        return _r(FAIL, expected, f"{show(live['fstype'])} {show(live['source'])} is mounted on {d.mount_point}, "
+        return res(FAIL, expected, f"{show(live['fstype'])} {show(live['source'])} is mounted on {d.mount_point}, "
                                   "not NFS: the KV cache would land on local storage",
                   f"unmount it (`umount {d.mount_point}`), then {fix}")
-    return _r(PASS, expected, f"{show(live['source'])} ({live['fstype']})")
+    return res(PASS, expected, f"{show(live['source'])} ({live['fstype']})")
 
 
 @check("mount.source")
@@ -345,10 +346,10 @@ def mount_source(c: Context) -> Result:
         return skip
     expected = c.d.source
     if live["source"] != c.d.source:
-        return _r(FAIL, expected, f"{show(live['source'])} is mounted instead",
+        return res(FAIL, expected, f"{show(live['source'])} is mounted instead",
                   f"{c.deploy('kvcache_mount', ' --allow-remount')} (remounts from the inventory's server and "
                   "export once nothing uses the mount)")
-    return _r(PASS, expected, show(live["source"]))
+    return res(PASS, expected, show(live["source"]))
 
 
 @check("mount.options")
@@ -359,13 +360,13 @@ def mount_options(c: Context) -> Result:
     expected = ",".join(c.d.mount_options)
     diffs = mount_state.differences(live, "", list(c.d.mount_options))
     if diffs:
-        return _r(FAIL, expected, show("; ".join(diffs), 400),
+        return res(FAIL, expected, show("; ".join(diffs), 400),
                   f"{c.deploy('kvcache_mount', ' --allow-remount')}: NFS transport options change only with an "
                   "unmount (`mount -o remount` ignores them); stop what uses the mount first")
     opts = live["options"]
     shown = [k if v is True else f"{k}={v}" for k, v in opts.items()
              if k in mount_state.KERNEL_VALUES or k in mount_state.KERNEL_FLAGS]
-    return _r(PASS, expected, show(",".join(shown), 300))
+    return res(PASS, expected, show(",".join(shown), 300))
 
 
 @check("mount.nfs_version")
@@ -379,11 +380,11 @@ def mount_nfs_version(c: Context) -> Result:
            f"({c.deploy('kvcache_mount', ' --allow-remount')}); disable NFSv4.0 on the SVM so clients cannot "
            "land on it (`vserver nfs modify -vserver SVM -v4.0 disabled`)")
     if not isinstance(vers, str):
-        return _r(FAIL, expected, "the live options have no vers=", fix)
+        return res(FAIL, expected, "the live options have no vers=", fix)
     version = parsers.version_tuple(vers)
     if version is None or version < (4, 1):
-        return _r(FAIL, expected, f"vers={show(vers)}: no sessions, no pNFS layouts", fix)
-    return _r(PASS, expected, f"vers={vers}")
+        return res(FAIL, expected, f"vers={show(vers)}: no sessions, no pNFS layouts", fix)
+    return res(PASS, expected, f"vers={vers}")
 
 
 @check("mount.transport")
@@ -399,7 +400,7 @@ def mount_transport(c: Context) -> Result:
         raise FileProblem(bf.MOUNTSTATS, f"shows no xprt: line for {c.d.mount_point}: truncated capture?")
     listed = f"xprt: {show(', '.join(protos))} (options say proto={show(s.opts.get('proto', '?'))})"
     if all(p == want for p in protos):
-        return _r(PASS, expected, listed)
+        return res(PASS, expected, listed)
     unit = c.d.mount_unit
     if want == "rdma":
         found = (f"{listed}: the mount fell back to TCP. It still works, so nothing complains, but every byte "
@@ -411,7 +412,7 @@ def mount_transport(c: Context) -> Result:
     else:
         found = f"{listed}: not the transport of storage profile {c.d.profile}"
         fix = f"{c.deploy('kvcache_mount', ' --allow-remount')}"
-    return _r(FAIL, expected, found, fix)
+    return res(FAIL, expected, found, fix)
 
 
 @check("mount.io_probe")
@@ -421,15 +422,15 @@ def mount_io_probe(c: Context) -> Result:
     if io.ok:
         size = f"{io.bytes} bytes" if io.bytes is not None else "the probe file"
         secs = f" in {io.seconds:.2f} s" if io.seconds is not None else ""
-        return _r(PASS, expected, f"wrote and read back {size}{secs}")
+        return res(PASS, expected, f"wrote and read back {size}{secs}")
     if io.timed_out:
         fix = (f"check the data path to {c.d.server or 'the server'}: `ping` it from the data interface, "
                "`rdma link`, the NetApp LIF (`network interface show`); with a hard mount every process that "
                f"touches {c.d.mount_point} hangs until the server answers")
-        return _r(FAIL, expected, io.failure(), fix if c.d.is_nfs else f"check the disk under {c.d.mount_point}")
+        return res(FAIL, expected, io.failure(), fix if c.d.is_nfs else f"check the disk under {c.d.mount_point}")
     fix = (f"check permissions and space on {c.d.mount_point} (`df {c.d.mount_point}`; NetApp: export-policy "
            "rules and root squash, `vserver export-policy rule show`)")
-    return _r(FAIL, expected, io.failure(), fix)
+    return res(FAIL, expected, io.failure(), fix)
 
 
 def _layout_fix(c: Context) -> str:
@@ -447,22 +448,22 @@ def mount_pnfs_layout(c: Context) -> Result:
     if skip:
         return skip
     if c.d.pnfs_layout == "none":
-        return _r(SKIP, "", "kvprov_storage_pnfs_layout is none: no layout expected")
+        return res(SKIP, "", "kvprov_storage_pnfs_layout is none: no layout expected")
     want = LAYOUT_NAMES[c.d.pnfs_layout]
     expected = f"pnfs={want} (kvprov_storage_pnfs_layout: {c.d.pnfs_layout})"
     s = c.stats()
     if not s.nfsv4:
-        return _r(FAIL, expected, "no nfsv4: line for the mount in mountstats: NFS below 4.1, or a truncated "
+        return res(FAIL, expected, "no nfsv4: line for the mount in mountstats: NFS below 4.1, or a truncated "
                                   "capture", _layout_fix(c))
     value = s.nfsv4.get("pnfs", "")
     if value in ("", "not configured"):
-        return _r(FAIL, expected, f"pnfs={value or 'absent'}: the client negotiated no pNFS layout driver, so "
+        return res(FAIL, expected, f"pnfs={value or 'absent'}: the client negotiated no pNFS layout driver, so "
                                   "every byte goes through the one metadata server", _layout_fix(c))
     if value != want:
-        return _r(FAIL, expected, f"pnfs={show(value)}",
+        return res(FAIL, expected, f"pnfs={show(value)}",
                   "set kvprov_storage_pnfs_layout to the layout the storage serves (files for ONTAP/AFX, block "
                   "for the kvprov lab)")
-    return _r(PASS, expected, f"pnfs={value}")
+    return res(PASS, expected, f"pnfs={value}")
 
 
 @check("mount.layoutget")
@@ -471,11 +472,11 @@ def mount_layoutget(c: Context) -> Result:
     if skip:
         return skip
     if c.d.pnfs_layout == "none":
-        return _r(SKIP, "", "kvprov_storage_pnfs_layout is none: no layout expected")
+        return res(SKIP, "", "kvprov_storage_pnfs_layout is none: no layout expected")
     expected = "LAYOUTGET > 0 after the I/O probe's write and read"
     io = c.io()
     if not io.ok:
-        return _r(FAIL, expected, f"the layout counters prove nothing: the I/O probe did not complete "
+        return res(FAIL, expected, f"the layout counters prove nothing: the I/O probe did not complete "
                                   f"({io.failure()})",
                   "fix mount.io_probe first, then collect again: layout counters move only on real reads/writes")
     s = c.stats()
@@ -487,9 +488,9 @@ def mount_layoutget(c: Context) -> Result:
                  if c.d.pnfs_layout == "block" else
                  "every data LIF of the SVM reachable from this host, pNFS enabled on the SVM; ONTAP: "
                  "`statistics show -object nfsv4_1 -counter layoutget_total`")
-        return _r(FAIL, expected, "LAYOUTGET 0 after a successful write and read: the server handed out no "
+        return res(FAIL, expected, "LAYOUTGET 0 after a successful write and read: the server handed out no "
                                   "layout, so the data went through the metadata server", f"check {where}")
-    return _r(PASS, expected, f"LAYOUTGET {n}, GETDEVICEINFO {s.op_count('GETDEVICEINFO')}, "
+    return res(PASS, expected, f"LAYOUTGET {n}, GETDEVICEINFO {s.op_count('GETDEVICEINFO')}, "
                               f"LAYOUTCOMMIT {s.op_count('LAYOUTCOMMIT')}")
 
 
@@ -505,7 +506,7 @@ def mount_unit(c: Context) -> Result:
     try:
         parsed = parsers.parse_unit(text)
     except ParseError as e:
-        return _r(FAIL, expected, f"{unit}: {e}", fix)
+        return res(FAIL, expected, f"{unit}: {e}", fix)
     what = parsers.unit_value(parsed, "Mount", "What") or ""
     where = parsers.unit_value(parsed, "Mount", "Where") or ""
     options = parsers.unit_value(parsed, "Mount", "Options") or ""
@@ -525,14 +526,14 @@ def mount_unit(c: Context) -> Result:
             problems.append(f"UnitFileState={show(state) or 'unknown'}: not mounted at boot "
                             f"(`systemctl enable {unit}`)")
     if problems:
-        return _r(FAIL, expected, show("; ".join(problems), 500),
+        return res(FAIL, expected, show("; ".join(problems), 500),
                   f"{fix} (add --allow-remount when the live mount differs)")
     warn = _fstab_duplicate(c)
     found = f"What={show(what)} Options={show(options, 200)}" + (f" UnitFileState={state}" if state else "")
     if warn:
-        return _r(WARN, expected, f"{found}; {warn}",
+        return res(WARN, expected, f"{found}; {warn}",
                   f"remove that line from /etc/fstab: kvprov manages the mount as {unit}")
-    return _r(PASS, expected, found)
+    return res(PASS, expected, found)
 
 
 def _fstab_duplicate(c: Context) -> str:
@@ -554,22 +555,22 @@ def _fstab_duplicate(c: Context) -> str:
 @check("mount.local_dir")
 def mount_local_dir(c: Context) -> Result:
     if c.d.is_nfs:
-        return _r(SKIP, "", f"storage profile {c.d.profile}: see mount.present")
+        return res(SKIP, "", f"storage profile {c.d.profile}: see mount.present")
     expected = f"{c.d.mount_point} is a directory"
     entry = c.storage_entry()
     if entry.get("error"):
-        return _r(FAIL, expected, f"the collector could not stat it: {show(entry['error'])}", bf.RECOLLECT)
+        return res(FAIL, expected, f"the collector could not stat it: {show(entry['error'])}", bf.RECOLLECT)
     if entry.get("exists") is not True or entry.get("is_dir") is not True:
-        return _r(FAIL, expected, f"{c.d.mount_point} is {'not a directory' if entry.get('exists') else 'missing'}",
+        return res(FAIL, expected, f"{c.d.mount_point} is {'not a directory' if entry.get('exists') else 'missing'}",
                   c.deploy("kvcache_mount"))
-    return _r(PASS, expected, f"{c.d.mount_point} on {show(entry.get('fstype', '?'))} {show(entry.get('device', ''))}")
+    return res(PASS, expected, f"{c.d.mount_point} on {show(entry.get('fstype', '?'))} {show(entry.get('device', ''))}")
 
 
 # ---------------------------------------------------------------------------- rdma
 
 def _rdma_skip(c: Context) -> Result | None:
     if c.d.transport != "rdma":
-        return _r(SKIP, "", f"storage profile {c.d.profile} does not use RDMA")
+        return res(SKIP, "", f"storage profile {c.d.profile} does not use RDMA")
     return None
 
 
@@ -582,11 +583,11 @@ def rdma_module(c: Context) -> Result:
     mods = c.parsed(bf.MODULES, parsers.parse_modules)
     for name in ("rpcrdma", "xprtrdma"):
         if name in mods:
-            return _r(PASS, expected, f"{name} ({show(mods[name])})")
+            return res(PASS, expected, f"{name} ({show(mods[name])})")
     if not mods:
-        return _r(WARN, expected, "/proc/modules is empty: a kernel without loadable modules (rpcrdma may be "
+        return res(WARN, expected, "/proc/modules is empty: a kernel without loadable modules (rpcrdma may be "
                                   "built in: look for /sys/module/rpcrdma)", "")
-    return _r(FAIL, expected, "rpcrdma is not loaded: this kernel cannot mount NFS over RDMA",
+    return res(FAIL, expected, "rpcrdma is not loaded: this kernel cannot mount NFS over RDMA",
               "`modprobe rpcrdma` (kvprov's /etc/modules-load.d/kvprov-rdma.conf loads it at boot: "
               f"{c.deploy('rdma')}). On MOFED/DOCA hosts use NVIDIA's rpcrdma (mlnx-nfsrdma-dkms): the inbox one "
               "fails to load next to DOCA's ib_core, and mount.nfs then says \"incorrect mount option\"")
@@ -601,14 +602,14 @@ def rdma_link(c: Context) -> Result:
     links = c.parsed(bf.RDMA_LINK, parsers.parse_rdma_link)
     active = [link for link in links if link.state == "ACTIVE"]
     if active:
-        return _r(PASS, expected, ", ".join(f"{show(x.name)} ACTIVE" + (f" ({show(x.netdev)})" if x.netdev else "")
+        return res(PASS, expected, ", ".join(f"{show(x.name)} ACTIVE" + (f" ({show(x.netdev)})" if x.netdev else "")
                                             for x in active))
     if links:
-        return _r(FAIL, expected, "; ".join(f"{show(x.name)} {show(x.state)} {show(x.physical_state)}"
+        return res(FAIL, expected, "; ".join(f"{show(x.name)} {show(x.state)} {show(x.physical_state)}"
                                             for x in links[:8]),
                   "bring the RDMA port up: cable and switch port, `ibv_devinfo`, `ip link show NETDEV`; "
                   "soft-RoCE (labs): `systemctl restart kvprov-soft-roce.service`")
-    return _r(FAIL, expected, "`rdma link` lists no RDMA device",
+    return res(FAIL, expected, "`rdma link` lists no RDMA device",
               "install rdma-core and the NIC's driver (mlx5_ib for ConnectX); labs: set "
               "kvprov_rdma_soft_roce_netdevs")
 
@@ -617,16 +618,16 @@ def rdma_link(c: Context) -> Result:
 
 def _gds_skip(c: Context) -> Result | None:
     if c.d.gds_mode == "disabled":
-        return _r(SKIP, "", "kvprov_gds_mode is disabled")
+        return res(SKIP, "", "kvprov_gds_mode is disabled")
     if not c.gpu().present:
-        return _r(SKIP, "", "no NVIDIA GPU")
+        return res(SKIP, "", "no NVIDIA GPU")
     return None
 
 
 def _gds_nfs_skip(c: Context) -> Result | None:
     skip = _gds_skip(c)
     if skip is None and c.d.transport != "rdma":
-        skip = _r(SKIP, "", f"GDS reads NFS only over RDMA; storage profile {c.d.profile} goes through cuFile's "
+        skip = res(SKIP, "", f"GDS reads NFS only over RDMA; storage profile {c.d.profile} goes through cuFile's "
                             "POSIX path")
     return skip
 
@@ -634,16 +635,16 @@ def _gds_nfs_skip(c: Context) -> Result | None:
 @check("gds.gpu")
 def gds_gpu(c: Context) -> Result:
     if c.d.gds_mode == "disabled":
-        return _r(SKIP, "", "kvprov_gds_mode is disabled")
+        return res(SKIP, "", "kvprov_gds_mode is disabled")
     gpu = c.gpu()
     expected = f"an NVIDIA GPU (kvprov_gds_mode: {c.d.gds_mode})"
     if gpu.present:
         count = f"{gpu.count} GPU(s), " if gpu.count is not None else ""
-        return _r(PASS, expected, f"{count}NVIDIA driver {show(gpu.driver or '?')}")
+        return res(PASS, expected, f"{count}NVIDIA driver {show(gpu.driver or '?')}")
     if c.d.gds_mode == "required":
-        return _r(FAIL, expected, "no NVIDIA GPU (/proc/driver/nvidia/gpus is missing: no GPU, or no driver)",
+        return res(FAIL, expected, "no NVIDIA GPU (/proc/driver/nvidia/gpus is missing: no GPU, or no driver)",
                   "check the NVIDIA driver (`nvidia-smi`), or set kvprov_gds_mode: auto for hosts without a GPU")
-    return _r(SKIP, expected, "no NVIDIA GPU")
+    return res(SKIP, expected, "no NVIDIA GPU")
 
 
 @check("gds.nfs")
@@ -654,11 +655,11 @@ def gds_nfs(c: Context) -> Result:
     expected = "gdscheck -p: NFS : Supported (or nvfs)"
     g = c.parsed(bf.GDSCHECK, parsers.parse_gdscheck)
     if g.nfs_supported:
-        return _r(PASS, expected, f"NFS : {show(g.nfs)}")
+        return res(PASS, expected, f"NFS : {show(g.nfs)}")
     found = f"NFS : {show(g.nfs)}" if g.nfs is not None else "gdscheck -p printed no NFS line"
     if g.errors:
         found += f" ({show(g.errors[0], 120)})"
-    return _r(FAIL, expected, found,
+    return res(FAIL, expected, found,
               "GDS over NFS/RDMA needs the nvidia-fs driver (`nvidia-gds`; /proc/driver/nvidia-fs/version) and "
               "NVIDIA's rpcrdma: MOFED >= 5.1, or DOCA-OFED with mlnx-nfsrdma-dkms (never both)")
 
@@ -671,8 +672,8 @@ def gds_peerdirect(c: Context) -> Result:
     expected = "gdscheck -p: Mellanox PeerDirect : Enabled"
     g = c.parsed(bf.GDSCHECK, parsers.parse_gdscheck)
     if (g.peerdirect or "").lower() == "enabled":
-        return _r(PASS, expected, "Mellanox PeerDirect : Enabled")
-    return _r(FAIL, expected, f"Mellanox PeerDirect : {show(g.peerdirect or 'not shown')}",
+        return res(PASS, expected, "Mellanox PeerDirect : Enabled")
+    return res(FAIL, expected, f"Mellanox PeerDirect : {show(g.peerdirect or 'not shown')}",
               "load GPU peer memory for the RDMA NIC (`modprobe nvidia-peermem`; MOFED/DOCA provide it): without "
               "it the NIC cannot reach GPU memory")
 
@@ -685,10 +686,10 @@ def gds_platform(c: Context) -> Result:
     expected = "gdscheck -p: Platform verification succeeded"
     g = c.parsed(bf.GDSCHECK, parsers.parse_gdscheck)
     if g.platform_verified:
-        return _r(PASS, expected, "Platform verification succeeded")
+        return res(PASS, expected, "Platform verification succeeded")
     if g.platform_verified is None:
-        return _r(WARN, expected, "no platform verification line (truncated output?)", bf.RECOLLECT)
-    return _r(FAIL, expected, show("; ".join(g.errors[:3]) or "platform verification failed", 300),
+        return res(WARN, expected, "no platform verification line (truncated output?)", bf.RECOLLECT)
+    return res(FAIL, expected, show("; ".join(g.errors[:3]) or "platform verification failed", 300),
               "run `gdscheck -p` on the host and fix what it lists (IOMMU on, driver not loaded, ...)")
 
 
@@ -708,14 +709,14 @@ def gds_compat_mode(c: Context) -> Result:
         signs.append(f"NFS : {show(g.nfs)}")
     if not signs:
         if g.use_compat_mode is None and not g.nfs:
-            return _r(WARN, expected, "gdscheck -p shows neither properties.use_compat_mode nor an NFS line",
+            return res(WARN, expected, "gdscheck -p shows neither properties.use_compat_mode nor an NFS line",
                       bf.RECOLLECT)
-        return _r(PASS, expected, "properties.use_compat_mode : false")
+        return res(PASS, expected, "properties.use_compat_mode : false")
     found = ", ".join(signs) + ": cuFile may fall back to POSIX I/O through the page cache without any error"
     if allow:
-        return _r(WARN, expected, found, "set kvprov_gds_allow_compat_mode: false once GDS works, so a broken GDS "
+        return res(WARN, expected, found, "set kvprov_gds_allow_compat_mode: false once GDS works, so a broken GDS "
                                          "path fails loudly")
-    return _r(FAIL, expected, found,
+    return res(FAIL, expected, found,
               f"the live cuFile setting differs from the inventory: check properties.allow_compat_mode in "
               f"{c.d.cufile_path} ({c.deploy('gds')}) and CUFILE_ALLOW_COMPAT_MODE / CUFILE_FORCE_COMPAT_MODE / "
               "CUFILE_ENV_PATH_JSON in the service environment; `NFS : nvfs, compat` means nvidia-fs cannot serve "
@@ -751,8 +752,8 @@ def gds_cufile_mount_table(c: Context) -> Result:
     expected = f'fs.nfs.mount_table = {{"{c.d.mount_point}": {{"rdma_dev_addr_list": [...]}}}}'
     entry, problem = _mount_table_entry(c)
     if problem:
-        return _r(FAIL, expected, problem, c.deploy("gds"))
-    return _r(PASS, expected, f"{c.d.mount_point}: {show(entry, 120)}")
+        return res(FAIL, expected, problem, c.deploy("gds"))
+    return res(PASS, expected, f"{c.d.mount_point}: {show(entry, 120)}")
 
 
 @check("gds.cufile_rdma_addrs")
@@ -772,11 +773,11 @@ def gds_cufile_rdma_addrs(c: Context) -> Result:
     if not problem and sorted(entry["rdma_dev_addr_list"]) != want:
         problems.append(f"mount_table[{c.d.mount_point}].rdma_dev_addr_list is {show(entry['rdma_dev_addr_list'])}")
     if problems:
-        return _r(FAIL, expected, "; ".join(problems), c.deploy("gds"))
+        return res(FAIL, expected, "; ".join(problems), c.deploy("gds"))
     if not want:
-        return _r(WARN, expected, "the list is empty: cuFile has no RDMA NIC address to use for NFS",
+        return res(WARN, expected, "the list is empty: cuFile has no RDMA NIC address to use for NFS",
                   "set kvprov_gds_rdma_dev_addr_list to the host's RDMA NIC addresses")
-    return _r(PASS, expected, ", ".join(want))
+    return res(PASS, expected, ", ".join(want))
 
 
 @check("gds.cufile_compat")
@@ -790,15 +791,15 @@ def gds_cufile_compat(c: Context) -> Result:
     props = cf.get("properties") if isinstance(cf.get("properties"), dict) else {}
     if "allow_compat_mode" not in props:
         if want:
-            return _r(PASS, expected, "not set (cuFile's default: true)")
-        return _r(FAIL, expected, "not set: cuFile's default is true, so GDS may silently fall back to POSIX",
+            return res(PASS, expected, "not set (cuFile's default: true)")
+        return res(FAIL, expected, "not set: cuFile's default is true, so GDS may silently fall back to POSIX",
                   c.deploy("gds"))
     value = props["allow_compat_mode"]
     if not isinstance(value, bool):
-        return _r(FAIL, expected, f"{show(json.dumps(value), 40)}, not a JSON boolean", c.deploy("gds"))
+        return res(FAIL, expected, f"{show(json.dumps(value), 40)}, not a JSON boolean", c.deploy("gds"))
     if value != want:
-        return _r(FAIL, expected, json.dumps(value), c.deploy("gds"))
-    return _r(PASS, expected, json.dumps(value))
+        return res(FAIL, expected, json.dumps(value), c.deploy("gds"))
+    return res(PASS, expected, json.dumps(value))
 
 
 # ---------------------------------------------------------------------------- nixl
@@ -808,8 +809,8 @@ def nixl_import(c: Context) -> Result:
     expected = f"`import nixl` works in {c.d.nixl_venv}"
     p = c.nixl_probe()
     if p.import_ok:
-        return _r(PASS, expected, f"nixl {show(p.version or '?', 40)}")
-    return _r(FAIL, expected, f"import failed: {show(p.error or 'no error given', 300)}",
+        return res(PASS, expected, f"nixl {show(p.version or '?', 40)}")
+    return res(FAIL, expected, f"import failed: {show(p.error or 'no error given', 300)}",
               f"{c.deploy('nixl')} (installs nixl-cuXX into {c.d.nixl_venv}); try "
               f"`{c.d.nixl_venv}/bin/python3 -c 'import nixl'` on the host")
 
@@ -820,7 +821,7 @@ def nixl_backend(c: Context) -> Result:
     expected = f"NIXL creates the {want} backend (plugin {c.d.nixl_plugin})"
     p = c.nixl_probe()
     if not p.import_ok:
-        return _r(SKIP, expected, "nixl does not import (see nixl.import)")
+        return res(SKIP, expected, "nixl does not import (see nixl.import)")
     problems = []
     if p.plugins is not None and want not in p.plugins:
         problems.append(f"NIXL found no {want} plugin (it has: {show(', '.join(p.plugins), 120) or 'none'})")
@@ -829,11 +830,11 @@ def nixl_backend(c: Context) -> Result:
     elif not p.backend_ok:
         problems.append(f"creating {want} failed: {show(p.error or 'no error given', 200)}")
     if not problems:
-        return _r(PASS, expected, f"{want} backend created")
+        return res(PASS, expected, f"{want} backend created")
     fix = f"check NIXL_PLUGIN_DIR and the wheel flavour (nixl-cu12/cu13) in {c.d.nixl_venv}"
     if want.startswith("GDS"):
         fix += "; GDS backends need an NVIDIA GPU and libcufile: use the posix plugin on hosts without a GPU"
-    return _r(FAIL, expected, "; ".join(problems), fix)
+    return res(FAIL, expected, "; ".join(problems), fix)
 
 
 @check("nixl.config")
@@ -841,12 +842,12 @@ def nixl_config(c: Context) -> Result:
     path = c.d.nixl_config_path
     expected = "an absolute path to a TOML file that parses"
     if not path.startswith("/"):
-        return _r(FAIL, expected, f"{show(path)} is relative: SGLang opens @path against the service's working "
+        return res(FAIL, expected, f"{show(path)} is relative: SGLang opens @path against the service's working "
                                   "directory", "set kvprov_nixl_config_path to an absolute path")
     toml = c.toml()
     tables = toml.get("plugin")
     n = len(tables) if isinstance(tables, dict) else 0
-    return _r(PASS, expected, f"{path}: {n} [plugin.*] table(s)")
+    return res(PASS, expected, f"{path}: {n} [plugin.*] table(s)")
 
 
 @check("nixl.active_plugin")
@@ -855,35 +856,35 @@ def nixl_active_plugin(c: Context) -> Result:
     expected = f"exactly one [plugin.*] table with active = true (a boolean): [plugin.{want}]"
     fix = f"{c.deploy('nixl')} (writes active = true, a TOML boolean, in [plugin.{want}] only)"
     if not c.d.nixl_config_path.startswith("/"):
-        return _r(SKIP, expected, "see nixl.config")
+        return res(SKIP, expected, "see nixl.config")
     tables = c.toml().get("plugin")
     if not isinstance(tables, dict) or not tables:
-        return _r(FAIL, expected, "no [plugin.<name>] table: SGLang finds no active plugin and crashes at start "
+        return res(FAIL, expected, "no [plugin.<name>] table: SGLang finds no active plugin and crashes at start "
                                   "(UnboundLocalError)", fix)
     strings = [(name, t["active"]) for name, t in tables.items() if isinstance(t, dict)
                and isinstance(t.get("active"), str)]
     if strings:
         name, value = strings[0]
-        return _r(FAIL, expected, f"[plugin.{show(name, 40)}] active = {show(json.dumps(value), 40)} is a string, "
+        return res(FAIL, expected, f"[plugin.{show(name, 40)}] active = {show(json.dumps(value), 40)} is a string, "
                                   "not a boolean: kvprov writes typed booleans (a string like \"ture\" or "
                                   "\"yes\" silently deactivates the plugin in SGLang)", fix)
     active = [name for name, t in tables.items() if isinstance(t, dict) and t.get("active") is True]
     if not active:
-        return _r(FAIL, expected, "no [plugin.*] table has active = true: SGLang crashes at its first start "
+        return res(FAIL, expected, "no [plugin.*] table has active = true: SGLang crashes at its first start "
                                   "(UnboundLocalError)", fix)
     if len(active) > 1:
-        return _r(FAIL, expected, f"{len(active)} active tables ({show(', '.join(active), 80)}): SGLang takes the "
+        return res(FAIL, expected, f"{len(active)} active tables ({show(', '.join(active), 80)}): SGLang takes the "
                                   "first, an accident of file order", fix)
     if active[0] != want:
-        return _r(FAIL, expected, f"[plugin.{show(active[0], 40)}] is active, the inventory says {want}", fix)
-    return _r(PASS, expected, f"[plugin.{want}] active = true")
+        return res(FAIL, expected, f"[plugin.{show(active[0], 40)}] is active, the inventory says {want}", fix)
+    return res(PASS, expected, f"[plugin.{want}] active = true")
 
 
 @check("nixl.options")
 def nixl_options(c: Context) -> Result:
     expected = "use_direct_io / l3_cleaner_enabled, where set, are booleans"
     if not c.d.nixl_config_path.startswith("/"):
-        return _r(SKIP, expected, "see nixl.config")
+        return res(SKIP, expected, "see nixl.config")
     toml = c.toml()
     problems, shown = [], []
     for key in ("use_direct_io", "l3_cleaner_enabled"):
@@ -896,10 +897,10 @@ def nixl_options(c: Context) -> Result:
             problems.append(f"{key} = {show(json.dumps(value, default=str), 40)} is not a boolean: SGLang reads it "
                             "with bool(), so the string \"false\" means true")
     if problems:
-        return _r(FAIL, expected, "; ".join(problems),
+        return res(FAIL, expected, "; ".join(problems),
                   f"write real booleans (kvprov_nixl_backend_options: {{use_direct_io: true}}), then "
                   f"{c.deploy('nixl')}")
-    return _r(PASS, expected, ", ".join(shown) or "not set (SGLang's defaults)")
+    return res(PASS, expected, ", ".join(shown) or "not set (SGLang's defaults)")
 
 
 # ---------------------------------------------------------------------------- engine (per instance)
@@ -922,7 +923,7 @@ def engine_unit(c: Context, inst: Instance) -> Result:
     try:
         parsed = parsers.parse_unit(text)
     except ParseError as e:
-        return _r(FAIL, expected, f"{inst.unit}: {e}", c.deploy("sglang"))
+        return res(FAIL, expected, f"{inst.unit}: {e}", c.deploy("sglang"))
     problems, warnings = [], []
     start = parsers.unit_value(parsed, "Service", "ExecStart") or ""
     if f"--hicache-storage-backend-extra-config @{c.d.nixl_config_path}" not in " ".join(start.split()):
@@ -935,10 +936,10 @@ def engine_unit(c: Context, inst: Instance) -> Result:
     if props.get("NeedDaemonReload") == "yes":
         warnings.append("the unit file changed since systemd read it: `systemctl daemon-reload`")
     if problems:
-        return _r(FAIL, expected, "; ".join(problems + warnings), c.deploy("sglang"))
+        return res(FAIL, expected, "; ".join(problems + warnings), c.deploy("sglang"))
     if warnings:
-        return _r(WARN, expected, "; ".join(warnings), f"systemctl daemon-reload && systemctl restart {inst.unit}")
-    return _r(PASS, expected, "loaded, enabled")
+        return res(WARN, expected, "; ".join(warnings), f"systemctl daemon-reload && systemctl restart {inst.unit}")
+    return res(PASS, expected, "loaded, enabled")
 
 
 @instance_check("state")
@@ -953,25 +954,25 @@ def engine_state(c: Context, inst: Instance) -> Result:
     running_expected = not reason
     if active == "failed" or sub == "auto-restart" or (restarts > 0 and active != "active"):
         expected = "active (running)" if running_expected else "inactive (skipped), never failed or restarting"
-        return _r(FAIL, expected, f"{state}: failed or in a restart loop", f"read {logs}, fix, then "
+        return res(FAIL, expected, f"{state}: failed or in a restart loop", f"read {logs}, fix, then "
                                                                            f"`systemctl restart {inst.unit}`")
     if not running_expected:
         expected = f"inactive: {reason}, so the service does not run (and never fails)"
         if active == "inactive":
             if cond == "no" and props.get("ConditionTimestamp"):
-                return _r(PASS, expected, f"{state} ConditionResult=no: {reason}: service skipped by its "
+                return res(PASS, expected, f"{state} ConditionResult=no: {reason}: service skipped by its "
                                           "condition (ConditionPathExistsGlob=/dev/nvidia[0-9]*)")
-            return _r(SKIP, expected, f"{state}: {reason}: not started")
-        return _r(WARN, expected, f"{state} although {reason}", f"look at {logs}")
+            return res(SKIP, expected, f"{state}: {reason}: not started")
+        return res(WARN, expected, f"{state} although {reason}", f"look at {logs}")
     expected = "active (running), no restarts"
     if active == "active" and sub == "running":
         if restarts:
-            return _r(WARN, expected, f"{state}: it crashed and was restarted", f"read {logs}")
-        return _r(PASS, expected, state)
+            return res(WARN, expected, f"{state}: it crashed and was restarted", f"read {logs}")
+        return res(PASS, expected, state)
     if active == "activating":
-        return _r(WARN, expected, f"{state}: still starting (loading the model can take minutes)",
+        return res(WARN, expected, f"{state}: still starting (loading the model can take minutes)",
                   f"collect again later; {logs}")
-    return _r(FAIL, expected, f"{state}: not running", f"`systemctl start {inst.unit}`; {logs}")
+    return res(FAIL, expected, f"{state}: not running", f"`systemctl start {inst.unit}`; {logs}")
 
 
 def _storage_env(c: Context, inst: Instance) -> tuple[str | None, str]:
@@ -998,7 +999,7 @@ def engine_storage_env(c: Context, inst: Instance) -> Result:
     fix = c.deploy("sglang")
     value, where = _storage_env(c, inst)
     if not value:
-        return _r(FAIL, expected, f"{STORAGE_DIR_ENV} is not set ({where}): SGLang silently falls back to "
+        return res(FAIL, expected, f"{STORAGE_DIR_ENV} is not set ({where}): SGLang silently falls back to "
                                   f"{SGLANG_FALLBACK_DIR}, so the third tier lands on local disk (and in the "
                                   "service's private /tmp)", fix)
     dirs = [x.strip() for x in value.split(",") if x.strip()]
@@ -1019,8 +1020,8 @@ def engine_storage_env(c: Context, inst: Instance) -> Result:
                         + (f": the directory of instance {others[0]} (NIXL's clear() would wipe both)"
                            if others else ""))
     if problems:
-        return _r(FAIL, expected, f"{STORAGE_DIR_ENV}={show(value)} ({where}): " + "; ".join(problems), fix)
-    return _r(PASS, expected, f"{STORAGE_DIR_ENV}={show(value)} ({where})")
+        return res(FAIL, expected, f"{STORAGE_DIR_ENV}={show(value)} ({where}): " + "; ".join(problems), fix)
+    return res(PASS, expected, f"{STORAGE_DIR_ENV}={show(value)} ({where})")
 
 
 @instance_check("storage_dir")
@@ -1029,28 +1030,28 @@ def engine_storage_dir(c: Context, inst: Instance) -> Result:
     expected = f"{inst.storage_dir} exists, on the KV mount {c.d.mount_point}, writable by {user}"
     e = c.storage_entry(inst.name)
     if e.get("error"):
-        return _r(FAIL, expected, f"the collector could not check it: {show(e['error'], 200)}",
+        return res(FAIL, expected, f"the collector could not check it: {show(e['error'], 200)}",
                   "a hung stat() means the mount hung (see mount.io_probe); otherwise collect again")
     path = e.get("path") if isinstance(e.get("path"), str) else inst.storage_dir
     if e.get("exists") is not True:
-        return _r(FAIL, expected, f"{show(path)} does not exist", c.deploy("sglang"))
+        return res(FAIL, expected, f"{show(path)} does not exist", c.deploy("sglang"))
     if e.get("is_dir") is False:
-        return _r(FAIL, expected, f"{show(path)} is not a directory", c.deploy("sglang"))
+        return res(FAIL, expected, f"{show(path)} is not a directory", c.deploy("sglang"))
     where = f"{show(e.get('fstype', '?'), 20)} {show(e.get('device', '?'), 80)}"
     on_mount = e.get("is_on_kv_mount")
     if not isinstance(on_mount, bool):  # older collectors: judge from mountinfo
         on_mount = c.on_kv_mount(path)
     if not on_mount:
-        return _r(FAIL, expected, f"{show(path)} is on {where} (mounted on {show(e.get('mount', '?'), 80)}), not on "
+        return res(FAIL, expected, f"{show(path)} is on {where} (mounted on {show(e.get('mount', '?'), 80)}), not on "
                                   f"the KV mount: it was created while {c.d.mount_point} was not mounted",
                   f"stop {inst.unit}, mount {c.d.mount_point} (`systemctl start {c.d.mount_unit}`), then "
                   f"{c.deploy('sglang')}")
     owner = f"{show(e.get('owner', '?'), 32)}:{show(e.get('group', '?'), 32)} {show(e.get('mode', '?'), 8)}"
     if e.get("writable_by_service_user") is not True:
-        return _r(FAIL, expected, f"{show(path)} ({owner}) is not writable by {user}",
+        return res(FAIL, expected, f"{show(path)} ({owner}) is not writable by {user}",
                   f"`chown {user}:{user} {path} && chmod 0750 {path}` (with root squash on the export, create it "
                   f"as {user}), or {c.deploy('sglang')}")
-    return _r(PASS, expected, f"{show(path)} ({owner}) on {where}")
+    return res(PASS, expected, f"{show(path)} ({owner}) on {where}")
 
 
 @instance_check("health")
@@ -1058,16 +1059,16 @@ def engine_health(c: Context, inst: Instance) -> Result:
     expected = f"HTTP /health on port {inst.port} answers 200"
     props = c.show_unit(inst.unit)
     if props.get("ActiveState") != "active":
-        return _r(SKIP, expected, f"service not running (see engine.{inst.name}.state)")
+        return res(SKIP, expected, f"service not running (see engine.{inst.name}.state)")
     data = c.b.json_object(bf.HEALTH)
     h = data.get(inst.name)
     if not isinstance(h, dict):
         raise FileProblem(bf.HEALTH, f"has no {inst.name!r} entry (an object)")
     url = show(h.get("url") or f"http://127.0.0.1:{inst.port}/health", 100)
     if h.get("ok") is True:
-        return _r(PASS, expected, f"GET {url}: {show(h.get('status', 200), 10)}")
+        return res(PASS, expected, f"GET {url}: {show(h.get('status', 200), 10)}")
     what = h.get("status") if h.get("status") is not None else h.get("error") or "not running"
-    return _r(FAIL, expected, f"GET {url}: {show(what, 200)}",
+    return res(FAIL, expected, f"GET {url}: {show(what, 200)}",
               f"`curl -s {url}`; read `journalctl -u {inst.unit} -b -n 200`")
 
 
@@ -1081,13 +1082,13 @@ def packages_required(c: Context) -> Result:
     if c.d.transport == "rdma":
         need.append(("rdma-core",))
     if not need:
-        return _r(SKIP, "", "storage profile local needs no client package")
+        return res(SKIP, "", "storage profile local needs no client package")
     expected = "installed: " + ", ".join(" or ".join(alts) for alts in need)
     pkgs = c.parsed(bf.PACKAGES, parsers.parse_packages)
     missing = [" or ".join(alts) for alts in need if not any(a in pkgs for a in alts)]
     if missing:
-        return _r(FAIL, expected, "not installed: " + ", ".join(missing), c.deploy("kvcache_mount,rdma"))
-    return _r(PASS, expected, ", ".join(f"{a} {show(pkgs[a], 40)}" for alts in need for a in alts if a in pkgs))
+        return res(FAIL, expected, "not installed: " + ", ".join(missing), c.deploy("kvcache_mount,rdma"))
+    return res(PASS, expected, ", ".join(f"{a} {show(pkgs[a], 40)}" for alts in need for a in alts if a in pkgs))
 
 
 # ---------------------------------------------------------------------------- running them
@@ -1098,7 +1099,7 @@ def _instance_results(c: Context) -> Iterator[Result]:
         return
     for inst in c.d.instances:
         for suffix, fn in INSTANCE_CHECKS:
-            yield _run(f"engine.{inst.name}.{suffix}", "engine", lambda fn=fn, inst=inst: fn(c, inst))
+            yield run_check(f"engine.{inst.name}.{suffix}", "engine", lambda fn=fn, inst=inst: fn(c, inst))
 
 
 def summarize(results: list[Result]) -> Result:
@@ -1113,7 +1114,7 @@ def summarize(results: list[Result]) -> Result:
 def evaluate(bundle: Bundle, desired: Desired) -> list[Result]:
     """Every check on one host's bundle, then the summary (pure: reads only `bundle`)."""
     c = Context(bundle, desired)
-    results = [_run(check_id, category, lambda fn=fn: fn(c)) for check_id, category, fn in CHECKS]
+    results = [run_check(check_id, category, lambda fn=fn: fn(c)) for check_id, category, fn in CHECKS]
     results += list(_instance_results(c))
     for r in results:
         r.host = desired.host

@@ -47,13 +47,14 @@ def _status(r: Result) -> str:
     return r.status.upper() if r.status in (FAIL, WARN) else r.status
 
 
-def format_table(results: list[Result]) -> str:
-    """HOST  CHECK  STATUS  FOUND, with expected/fix lines under what did not pass."""
-    rows = checks(results)
-    if not rows:
+def format_table(results: list[Result], everything: bool = True) -> str:
+    """HOST  CHECK  STATUS  FOUND, with expected/fix lines under what did not pass
+    (everything=False: only the failed and warned checks), then a line per host."""
+    rows = [r for r in checks(results) if everything or r.status in (FAIL, WARN)]
+    if not checks(results):
         return "no results"
-    host_w = max(len("HOST"), *(len(clean(r.host)) for r in rows))
-    id_w = min(40, max(len("CHECK"), *(len(r.id) for r in rows)))
+    host_w = max(len("HOST"), *(len(clean(r.host)) for r in rows or results))
+    id_w = min(40, max(len("CHECK"), *(len(r.id) for r in rows or results)))
     indent = " " * (host_w + 2 + id_w + 2 + 6 + 2)
     lines = [f"{'HOST':<{host_w}}  {'CHECK':<{id_w}}  {'STATUS':<6}  FOUND"]
     for r in rows:
@@ -62,6 +63,8 @@ def format_table(results: list[Result]) -> str:
             lines.append(f"{indent}expected: {clean(r.expected)}")
         if r.status in (FAIL, WARN) and r.fix:
             lines.append(f"{indent}fix: {clean(r.fix)}")
+        if r.status in (FAIL, WARN) and r.detail:
+            lines += [f"{indent}  {clean(line)}" for line in r.detail.splitlines()]
     lines.append("")
     for host, rs in by_host(results).items():
         n = counts(rs)
@@ -86,11 +89,11 @@ def _x(text: str) -> str:
     return _XML_BAD.sub("\ufffd", str(text))
 
 
-def to_junit(results: list[Result]) -> str:
+def to_junit(results: list[Result], name: str = "kvprov validate") -> str:
     """JUnit XML: a testsuite per host, a testcase per check (failures, skips; warnings in system-out)."""
     all_checks = checks(results)
     n = counts(all_checks)
-    root = ET.Element("testsuites", name="kvprov validate", tests=str(len(all_checks)), failures=str(n[FAIL]),
+    root = ET.Element("testsuites", name=name, tests=str(len(all_checks)), failures=str(n[FAIL]),
                       skipped=str(n[SKIP]), errors="0")
     for host, rs in by_host(all_checks).items():
         hn = counts(rs)
@@ -99,7 +102,7 @@ def to_junit(results: list[Result]) -> str:
         for r in rs:
             case = ET.SubElement(suite, "testcase", classname=_x(f"{host}.{r.category}"), name=_x(r.id))
             detail = "\n".join(f"{k}: {v}" for k, v in (("expected", r.expected), ("found", r.found),
-                                                        ("fix", r.fix)) if v)
+                                                        ("fix", r.fix), ("detail", r.detail)) if v)
             if r.status == FAIL:
                 failure = ET.SubElement(case, "failure", message=_x(r.found[:500]), type="fail")
                 failure.text = _x(detail)

@@ -13,9 +13,8 @@ DOCUMENTATION = r"""
 module: kvprov_collect
 short_description: Capture the live KV-cache tier state of a host for kvprov validate
 options:
-  desired: {type: dict, required: true, description: desired.json content}
-  files: {type: list, elements: str, default: [], description: managed files to copy}
-  units: {type: list, elements: str, default: [], description: units for systemctl show}
+  desired: {type: dict, required: true, description: desired.json content (managed files, units, venvs)}
+  probes: {type: bool, default: true, description: "false: no I/O probe, NIXL probe, gdscheck or health call (audit)"}
   io_bytes: {type: int, default: 4194304, description: size of the I/O probe file}
   timeout: {type: int, default: 30, description: seconds for each probe}
   kvprov_version: {type: str, default: unknown, description: the collecting kvprov's version}
@@ -27,7 +26,7 @@ import subprocess
 import sys
 import time
 
-FORMAT = 1
+FORMAT = 2
 MAX_FILE = 1 << 20
 
 NIXL_PROBE = r"""
@@ -131,7 +130,37 @@ def mount_of(path: str, mountinfo: str) -> dict:
     return best
 
 
-def collect(desired: dict, files: list, units: list, io_bytes: int, timeout: int, version: str) -> dict:
+def venv_versions(venv: str) -> dict:
+    """{distribution name (lower case): version} from the venv's *.dist-info/METADATA."""
+    out = {}
+    lib = os.path.join(venv, "lib")
+    for pyver in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
+        site = os.path.join(lib, pyver, "site-packages")
+        for entry in sorted(os.listdir(site)) if os.path.isdir(site) else []:
+            if not entry.endswith(".dist-info"):
+                continue
+            try:
+                meta = read(os.path.join(site, entry, "METADATA"), 64 << 10)
+            except OSError:
+                continue
+            head = dict(line.split(": ", 1) for line in meta.split("\n\n")[0].splitlines() if ": " in line)
+            if "Name" in head and "Version" in head:
+                out[head["Name"].strip().lower().replace("_", "-")] = head["Version"].strip()
+    return out
+
+
+def list_dirs(paths: list) -> dict:
+    """{directory: sorted names of its non-directory entries} for each managed file's directory."""
+    out = {}
+    for d in sorted({os.path.dirname(p) for p in paths}):
+        try:
+            out[d] = sorted(e.name for e in os.scandir(d) if not e.is_dir(follow_symlinks=False))[:10000]
+        except OSError as e:
+            out[d] = {"error": str(e)}
+    return out
+
+
+def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: str) -> dict:
     out: dict[str, str] = {}
     errors: dict[str, str] = {}
     skipped: dict[str, str] = {}
@@ -139,16 +168,21 @@ def collect(desired: dict, files: list, units: list, io_bytes: int, timeout: int
     mp = storage["mount_point"]
     out["desired.json"] = json.dumps(desired, indent=2)
 
+    no_probe = "not probed (kvprov audit reads configuration only)"
+    if not probes:
+        skipped["io_probe.json"] = skipped["nixl_probe.json"] = skipped["health.json"] = no_probe
+        skipped["gdscheck.txt"] = no_probe
     # A real write + read-back on the KV tier (NFS or local directory): it proves the tier
     # answers, and makes the pNFS layout counters in mountstats mean something.
-    probe = f"{mp}/.kvprov-probe-{desired['host']}"
-    rc, so, se, to = run([sys.executable, "-c", IO_PROBE, probe, str(io_bytes)], timeout)
-    result = {"ok": False, "seconds": None, "error": None, "timed_out": to, "bytes": io_bytes, "path": probe}
-    if rc == 0:
-        result.update(json.loads(so))
-    else:
-        result["error"] = (se.strip().splitlines() or ["failed"])[-1]
-    out["io_probe.json"] = json.dumps(result, indent=2)
+    if probes:
+        probe = f"{mp}/.kvprov-probe-{desired['host']}"
+        rc, so, se, to = run([sys.executable, "-c", IO_PROBE, probe, str(io_bytes)], timeout)
+        result = {"ok": False, "seconds": None, "error": None, "timed_out": to, "bytes": io_bytes, "path": probe}
+        if rc == 0:
+            result.update(json.loads(so))
+        else:
+            result["error"] = (se.strip().splitlines() or ["failed"])[-1]
+        out["io_probe.json"] = json.dumps(result, indent=2)
 
     for name, path in (("proc/mountinfo", "/proc/self/mountinfo"), ("proc/mountstats", "/proc/self/mountstats")):
         try:
@@ -178,13 +212,14 @@ def collect(desired: dict, files: list, units: list, io_bytes: int, timeout: int
         driver = next((w for w in first if w[:1].isdigit() and "." in w), None)
     out["gpu.json"] = json.dumps({"present": bool(gpus), "driver": driver, "gpus": gpus, "error": None}, indent=2)
     if gpus:
-        tool = next((p for p in ("/usr/local/cuda/gds/tools/gdscheck", "/usr/local/cuda/gds/tools/gdscheck.py")
-                     if os.path.exists(p)), "gdscheck")
-        rc, so, se, _ = run([tool, "-p"], 60)
-        if so:
-            out["gdscheck.txt"] = so
-        else:
-            errors["gdscheck.txt"] = se.strip() or f"gdscheck exited {rc}"
+        if probes:
+            tool = next((p for p in ("/usr/local/cuda/gds/tools/gdscheck", "/usr/local/cuda/gds/tools/gdscheck.py")
+                         if os.path.exists(p)), "gdscheck")
+            rc, so, se, _ = run([tool, "-p"], 60)
+            if so:
+                out["gdscheck.txt"] = so
+            else:
+                errors["gdscheck.txt"] = se.strip() or f"gdscheck exited {rc}"
         try:
             out["cufile.json"] = read(gds["cufile_path"])
         except OSError as e:
@@ -192,6 +227,7 @@ def collect(desired: dict, files: list, units: list, io_bytes: int, timeout: int
     else:
         skipped["gdscheck.txt"] = skipped["cufile.json"] = "no NVIDIA GPU"
 
+    files = sorted(desired["files"])
     for path in files:
         if path == gds["cufile_path"] and not gpus:
             continue  # kvprov writes cufile.json only on GPU hosts (already in `skipped`)
@@ -204,21 +240,25 @@ def collect(desired: dict, files: list, units: list, io_bytes: int, timeout: int
     if os.path.exists("/etc/fstab"):
         out["files/etc/fstab"] = read("/etc/fstab")
 
-    for unit in units:
+    out["managed_dirs.json"] = json.dumps(list_dirs(files), indent=2)
+    out["venvs.json"] = json.dumps({venv: venv_versions(venv) for venv in sorted(desired["venvs"])}, indent=2)
+
+    for unit in [u["unit"] for u in desired["units"]]:
         rc, so, se, _ = run(["systemctl", "show", "--no-pager", unit], 15)
         if rc == 0:
             out[f"systemctl/{unit}.txt"] = so
         else:
             errors[f"systemctl/{unit}.txt"] = se.strip()
 
-    python = os.path.join(nixl["venv"], "bin", "python3")
-    rc, so, se, to = run([python, "-c", NIXL_PROBE, nixl["plugin"].upper()], 120)
-    if rc == 0 and so.strip():
-        out["nixl_probe.json"] = so.strip().splitlines()[-1]
-    else:
-        out["nixl_probe.json"] = json.dumps({"import_ok": False, "version": None, "plugins": [],
-                                             "backend": nixl["plugin"].upper(), "backend_ok": False,
-                                             "error": se.strip()[-500:] or f"exited {rc}"})
+    if probes:
+        python = os.path.join(nixl["venv"], "bin", "python3")
+        rc, so, se, to = run([python, "-c", NIXL_PROBE, nixl["plugin"].upper()], 120)
+        if rc == 0 and so.strip():
+            out["nixl_probe.json"] = so.strip().splitlines()[-1]
+        else:
+            out["nixl_probe.json"] = json.dumps({"import_ok": False, "version": None, "plugins": [],
+                                                 "backend": nixl["plugin"].upper(), "backend_ok": False,
+                                                 "error": se.strip()[-500:] or f"exited {rc}"})
 
     paths = {"": mp, **{i["name"]: i["storage_dir"] for i in sglang["instances"]}}
     rc, so, se, to = run([sys.executable, "-c", STAT_PROBE, *paths.values()], timeout)
@@ -234,21 +274,22 @@ def collect(desired: dict, files: list, units: list, io_bytes: int, timeout: int
         entries[name] = e
     out["storage_dirs.json"] = json.dumps({"mount_point": entries.pop(""), "instances": entries}, indent=2)
 
-    health = {}
-    for inst in sglang["instances"]:
-        url = f"http://127.0.0.1:{inst['port']}/health"
-        active = run(["systemctl", "is-active", "--quiet", inst["unit"]], 10)[0] == 0
-        h = {"running": active, "url": url, "status": None, "ok": False, "error": None if active else "not running"}
-        if active:
-            import urllib.request
-            try:
-                with urllib.request.urlopen(url, timeout=5) as resp:
-                    h["status"] = resp.status
-                    h["ok"] = resp.status == 200
-            except Exception as e:
-                h["error"] = str(e)
-        health[inst["name"]] = h
-    out["health.json"] = json.dumps(health, indent=2)
+    if probes:
+        health = {}
+        for inst in sglang["instances"]:
+            url = f"http://127.0.0.1:{inst['port']}/health"
+            active = run(["systemctl", "is-active", "--quiet", inst["unit"]], 10)[0] == 0
+            h = {"running": active, "url": url, "status": None, "ok": False, "error": None if active else "not running"}
+            if active:
+                import urllib.request
+                try:
+                    with urllib.request.urlopen(url, timeout=5) as resp:
+                        h["status"] = resp.status
+                        h["ok"] = resp.status == 200
+                except Exception as e:
+                    h["error"] = str(e)
+            health[inst["name"]] = h
+        out["health.json"] = json.dumps(health, indent=2)
 
     rc, so, se, _ = run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\n"], 30)
     if rc != 0:
@@ -270,14 +311,13 @@ def main():
 
     module = AnsibleModule(argument_spec={
         "desired": {"type": "dict", "required": True},
-        "files": {"type": "list", "elements": "str", "default": []},
-        "units": {"type": "list", "elements": "str", "default": []},
+        "probes": {"type": "bool", "default": True},
         "io_bytes": {"type": "int", "default": 4 << 20},
         "timeout": {"type": "int", "default": 30},
         "kvprov_version": {"type": "str", "default": "unknown"},
     }, supports_check_mode=True)
     p = module.params
-    files = collect(p["desired"], p["files"], p["units"], p["io_bytes"], p["timeout"], p["kvprov_version"])
+    files = collect(p["desired"], p["probes"], p["io_bytes"], p["timeout"], p["kvprov_version"])
     module.exit_json(changed=False, files=files)
 
 

@@ -187,7 +187,7 @@ def test_desired_lists_every_problem():
 
 @pytest.mark.parametrize("data, fragment", [
     ([], "must be a JSON object"),
-    ({**lab_desired(), "format": 2}, "format: 2; this kvprov reads bundle format 1 (a newer kvprov wrote it: upgrade"),
+    ({**lab_desired(), "format": 3}, "format: 3; this kvprov reads bundle format 2 (a newer kvprov wrote it: upgrade"),
     ({**lab_desired(), "storage": "nfs"}, "storage.profile: missing"),
     ({**lab_desired(), "sglang": {"user": "s", "install": True, "instances": [{"name": "x"}]}}, "exactly the keys"),
 ])

@@ -48,7 +48,7 @@ def test_json_report():
     assert h1["ok"] is False and h1["counts"] == {"pass": 1, "fail": 1, "warn": 1, "skip": 1}
     assert [r["id"] for r in h1["results"]][-1] == "summary"
     assert h1["results"][1] == {"id": "mount.transport", "category": "mount", "status": "fail", "expected": "rdma",
-                                "found": "xprt: tcp", "fix": "modprobe rpcrdma", "host": "h1"}
+                                "found": "xprt: tcp", "fix": "modprobe rpcrdma", "host": "h1", "detail": ""}
     assert json.loads(report.format_json(sample())) == data
 
 

@@ -1,0 +1,291 @@
+"""`kvprov audit INVENTORY [--limit P] [--json F] [--junit F] [--prom F] [--fix]`: config drift.
+
+For each host, the desired state (kvprov.desired: the inventory and the roles' own
+variables and templates) against the live state, gathered in one module call per host,
+hosts in parallel (playbooks/collect.yml without its I/O and NIXL probes):
+
+- every managed file, with a unified diff when it differs; unmanaged kvprov files in the
+  managed directories (warnings);
+- the live mount (source, options, transport) and its persistence (the mount unit);
+- unit enabled/active states, required OS packages, pinned versions in the venvs, and the
+  engine's storage directories.
+
+Exit codes: 0 no drift (warnings allowed), 1 drift found, 2 bad inventory or usage,
+3 a host could not be audited (unreachable or collector error; the others are reported).
+With --fix, drifted hosts are re-deployed and audited again; the exit code is then the
+second audit's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import posixpath
+import sys
+import time
+from pathlib import Path
+
+from kvprov import check, runner
+from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
+from kvprov.validate import bundle as bf
+from kvprov.validate import evaluate as ev
+from kvprov.validate import parsers, report
+from kvprov.validate.bundle import Bundle, Desired, FileProblem
+from kvprov.validate.collect import CAPTURE_TASK
+from kvprov.validate.evaluate import FAIL, PASS, SKIP, WARN, Context, Result, res, show
+
+MANAGED_DIRS = "managed_dirs.json"
+VENVS = "venvs.json"
+# Configuration checks shared with validate: the live mount and its persistence.
+MOUNT_CHECKS = (ev.mount_present, ev.mount_source, ev.mount_options, ev.mount_transport, ev.mount_unit)
+MAX_DIFF_LINES = 60
+
+
+# ---------------------------------------------------------------------------- checks (pure)
+
+def file_check(c: Context, path: str, want: str, role: str) -> Result:
+    expected = f"the content `kvprov render` gives ({role} role)"
+    if role == "gds" and c.d.gds_mode == "auto" and not c.gpu().present:
+        return res(SKIP, "", "no NVIDIA GPU: the gds role writes this file only on GPU hosts")
+    live = c.host_file(path, role)
+    if live == want:
+        return res(PASS, expected, "identical")
+    diff = list(difflib.unified_diff(want.splitlines(keepends=True), live.splitlines(keepends=True),
+                                     f"{path} (desired)", f"{path} (live)", n=1))
+    changed = sum(1 for line in diff[2:] if line[:1] in "+-")
+    result = res(FAIL, expected, f"{changed} line(s) differ", c.deploy(role))
+    shown = diff[:MAX_DIFF_LINES] + ([f"... {len(diff) - MAX_DIFF_LINES} more diff lines\n"]
+                                     if len(diff) > MAX_DIFF_LINES else [])
+    result.detail = "".join(line if line.endswith("\n") else line + "\n" for line in shown).rstrip("\n")
+    return result
+
+
+def is_kvprov_file(directory: str, name: str) -> bool:
+    """Would kvprov own a file of this name here? Every file of a kvprov directory, and
+    files named kvprov* in shared directories (/etc/systemd/system, /etc/modules-load.d)."""
+    return "kvprov" in directory.split("/") or name.startswith("kvprov")
+
+
+def extra_files(c: Context, directory: str, managed: set[str]) -> Result:
+    expected = "no kvprov file that the inventory does not manage"
+    listing = c.b.json_object(MANAGED_DIRS).get(directory)
+    if isinstance(listing, dict):
+        raise FileProblem(MANAGED_DIRS, f"{directory}: {show(listing.get('error', 'unreadable'))}")
+    if not isinstance(listing, list):
+        raise FileProblem(MANAGED_DIRS, f"has no listing of {directory}")
+    extra = sorted(posixpath.join(directory, n) for n in listing
+                   if isinstance(n, str) and is_kvprov_file(directory, n)
+                   and posixpath.join(directory, n) not in managed)
+    if extra:
+        return res(WARN, expected, "unmanaged: " + show(", ".join(extra), 400),
+                  "left over from an earlier inventory (a removed instance?) or made by hand: remove it if "
+                  "nothing needs it; kvprov does not delete files it no longer manages")
+    return res(PASS, expected, f"{len(listing)} entries, none unmanaged")
+
+
+def unit_check(c: Context, want: bf.UnitWant) -> Result:
+    expected = "enabled" + (", active" if want.active else "")
+    show_unit = c.show_unit(want.unit)
+    if show_unit.get("LoadState") == "not-found":
+        return res(FAIL, expected, "not found", c.deploy("configure"))
+    state, active = show_unit.get("UnitFileState", "?"), show_unit.get("ActiveState", "?")
+    problems = []
+    if want.enabled and state not in ("enabled", "static", "generated"):
+        problems.append(f"UnitFileState={show(state)}")
+    if want.active and active != "active":
+        problems.append(f"ActiveState={show(active)} SubState={show(show_unit.get('SubState', '?'))}")
+    if show_unit.get("NeedDaemonReload") == "yes":
+        problems.append("the unit file changed on disk since systemd loaded it (NeedDaemonReload=yes)")
+    found = f"UnitFileState={show(state)} ActiveState={show(active)}"
+    if problems:
+        return res(FAIL, expected, "; ".join(problems), c.deploy("configure"))
+    if not want.active and show_unit.get("ConditionResult") == "no":
+        found += " (skipped by its condition: no GPU)"
+    return res(PASS, expected, found)
+
+
+def package_check(c: Context, name: str) -> Result:
+    pkgs = c.parsed(bf.PACKAGES, parsers.parse_packages)
+    if name not in pkgs:
+        return res(FAIL, "installed", "not installed", c.deploy("install"))
+    return res(PASS, "installed", f"{name} {show(pkgs[name], 60)}")
+
+
+def venv_check(c: Context, venv: str, dist: str, pinned: str | None) -> Result:
+    expected = f"{dist}=={pinned}" if pinned else f"{dist} installed"
+    installed = c.b.json_object(VENVS).get(venv)
+    if not isinstance(installed, dict):
+        raise FileProblem(VENVS, f"has no entry for {venv}")
+    have = installed.get(dist.lower().replace("_", "-"))
+    if have is None:
+        return res(FAIL, expected, f"not installed in {venv}", c.deploy("install"))
+    if pinned and have != pinned:
+        return res(FAIL, expected, f"{dist} {show(have, 40)} in {venv}",
+                  c.deploy("install") + " (reinstalls the pinned version)")
+    return res(PASS, expected, f"{dist} {show(have, 40)}")
+
+
+def audit(b: Bundle, d: Desired) -> list[Result]:
+    """Every drift check on one host's capture (pure: reads only `b`)."""
+    c = Context(b, d)
+    checks: list[tuple[str, str, object]] = [
+        (f"mount.{fn.__name__.split('_', 1)[1]}", "mount", lambda fn=fn: fn(c)) for fn in MOUNT_CHECKS]
+    managed = {f.path for f in d.files}
+    checks += [(f"file:{f.path}", "file", lambda f=f: file_check(c, f.path, f.content, f.role)) for f in d.files]
+    checks += [(f"extra:{dd}", "file", lambda dd=dd: extra_files(c, dd, managed))
+               for dd in sorted({posixpath.dirname(p) for p in managed})]
+    checks += [(f"unit:{u.unit}", "unit", lambda u=u: unit_check(c, u)) for u in d.units]
+    checks += [(f"package:{p}", "package", lambda p=p: package_check(c, p)) for p in d.packages]
+    checks += [(f"venv:{venv}:{dist}", "venv", lambda v=venv, n=dist, p=pin: venv_check(c, v, n, p))
+               for venv, pins in sorted(d.venvs.items()) for dist, pin in pins.items()]
+    checks += [(f"storage_dir:{i.name}", "engine", lambda i=i: ev.engine_storage_dir(c, i)) for i in d.instances]
+    results = [ev.run_check(check_id, category, fn) for check_id, category, fn in checks]
+    for r in results:
+        r.host = d.host
+    return results
+
+
+def unreachable_result(host: str, message: str) -> Result:
+    return Result("host.reachable", "host", FAIL, "the host answers over Ansible", show(message, 400),
+                  "check ssh to the host (`ansible -i INVENTORY HOST -m ping`), then audit again", host)
+
+
+def drifted(results: list[Result]) -> list[str]:
+    """Reachable hosts with at least one drift (a failed check)."""
+    down = {r.host for r in results if r.id == "host.reachable"}
+    return sorted({r.host for r in results if r.status == FAIL} - down)
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def to_prom(results: list[Result], now: float) -> str:
+    """Prometheus textfile (node_exporter's textfile collector): drift per host and check."""
+    lines = ["# HELP kvprov_audit_drift 1 when kvprov audit found this check drifted on this host, else 0.",
+             "# TYPE kvprov_audit_drift gauge"]
+    per_host: dict[str, list[Result]] = report.by_host(results)
+    for host, rs in per_host.items():
+        for r in rs:
+            if r.status != SKIP and r.id != "host.reachable":
+                lines.append(f'kvprov_audit_drift{{host="{_label(host)}",check="{_label(r.id)}"}} '
+                             f"{int(r.status == FAIL)}")
+    for name, help_, value in (
+            ("drift_count", "Number of drifted checks on this host.", lambda rs: sum(r.status == FAIL for r in rs)),
+            ("warnings", "Number of audit warnings on this host (e.g. unmanaged files).",
+             lambda rs: sum(r.status == WARN for r in rs)),
+            ("up", "1 when the host could be audited, else 0.",
+             lambda rs: int(not any(r.id == "host.reachable" for r in rs)))):
+        lines += [f"# HELP kvprov_audit_{name} {help_}", f"# TYPE kvprov_audit_{name} gauge"]
+        lines += [f'kvprov_audit_{name}{{host="{_label(h)}"}} {value(rs)}' for h, rs in per_host.items()]
+    lines += ["# HELP kvprov_audit_last_run_timestamp_seconds When kvprov audit ran.",
+              "# TYPE kvprov_audit_last_run_timestamp_seconds gauge",
+              f"kvprov_audit_last_run_timestamp_seconds {now:.0f}"]
+    return "\n".join(lines) + "\n"
+
+
+def format_before_after(before: list[Result], after: list[Result], hosts: list[str]) -> str:
+    old = {(r.host, r.id) for r in before if r.status == FAIL}
+    new = {(r.host, r.id) for r in after if r.status == FAIL}
+    lines = ["", "audit --fix: before -> after"]
+    for h in hosts:
+        fixed = sorted(i for hh, i in old - new if hh == h)
+        left = sorted(i for hh, i in new if hh == h)
+        lines.append(f"{h}: {sum(hh == h for hh, _ in old)} drifted -> {len(left)} drifted"
+                     + (f"; fixed: {', '.join(fixed)}" if fixed else "")
+                     + (f"; still drifted: {', '.join(left)}" if left else ""))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- live (I/O)
+
+def gather(inventory: str, limit: str | None, timeout: int) -> list[Result]:
+    """Capture every host in one module call each (hosts in parallel), then audit each capture."""
+    result = runner.run("collect.yml", inventory, name="audit", limit=limit, stream=sys.stderr,
+                        capture=CAPTURE_TASK,
+                        extravars={"kvprov_collect_timeout": timeout, "kvprov_collect_probes": False})
+    results: list[Result] = []
+    for host, res in sorted(result.captured.items()):
+        b = Bundle(files=res.get("files") or {})
+        try:
+            results += audit(b, bf.load_desired(b))
+        except bf.DesiredError as e:
+            results.append(unreachable_result(host, f"the collector returned no usable desired state: {e}"))
+    for f in result.failures:
+        results.append(unreachable_result(f.host, ("unreachable: " if f.unreachable else "collect failed: ")
+                                          + f.message))
+    if not results and result.rc != 0:
+        raise KvprovError(f"audit: ansible-playbook failed (artifacts: {result.artifacts})", EXIT_UNREACHABLE)
+    return results
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        tmp = Path(f"{path}.tmp.{os.getpid()}")
+        tmp.write_text(text)
+        tmp.replace(path)  # atomic for node_exporter's textfile collector
+    except OSError as e:
+        raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("audit", help="config drift: desired (inventory + roles) vs live, per host",
+                       description=__doc__.split("\n\n", 1)[1], 
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inventory")
+    p.add_argument("--limit", help="Ansible host pattern")
+    p.add_argument("--timeout", type=int, default=30, metavar="S", help="seconds for each host-side probe")
+    p.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
+    p.add_argument("--junit", metavar="F", help="also write JUnit XML to F (a testcase per check)")
+    p.add_argument("--prom", metavar="F", help="also write a Prometheus textfile to F (node_exporter)")
+    p.add_argument("-v", "--verbose", action="store_true", help="list every check, not only drift and warnings")
+    p.add_argument("--fix", action="store_true", help="re-deploy the drifted hosts, then audit them again")
+    p.add_argument("--allow-remount", action="store_true",
+                   help="with --fix: let deploy remount a KV mount whose options drifted (only if unused)")
+    p.set_defaults(func=cmd_audit)
+
+
+def _outputs(args, results: list[Result]) -> None:
+    if args.json:
+        text = report.format_json(results)
+        sys.stdout.write(text) if args.json == "-" else _write(args.json, text)
+    if args.junit:
+        _write(args.junit, report.to_junit(results, "kvprov audit"))
+    if args.prom:
+        _write(args.prom, to_prom(results, time.time()))
+
+
+def _exit_code(results: list[Result]) -> int:
+    if any(r.id == "host.reachable" for r in results):
+        return EXIT_UNREACHABLE
+    return EXIT_CHECKS_FAILED if drifted(results) else EXIT_OK
+
+
+def cmd_audit(args) -> int:
+    if args.allow_remount and not args.fix:
+        raise KvprovError("--allow-remount goes with --fix", EXIT_USAGE)
+    check.require_valid(args.inventory)
+    t0 = time.monotonic()
+    results = gather(args.inventory, args.limit, args.timeout)
+    table = args.json != "-"
+    if table:
+        print(report.format_table(results, everything=args.verbose))
+        print(f"audit: {len({r.host for r in results})} host(s) in {time.monotonic() - t0:.1f}s; "
+              f"drift on: {', '.join(drifted(results)) or 'none'}")
+    if not (args.fix and drifted(results)):
+        _outputs(args, results)
+        return _exit_code(results)
+
+    hosts = drifted(results)
+    print(f"\naudit --fix: deploying {', '.join(hosts)}", file=sys.stderr)
+    extravars = {"kvprov_storage_allow_remount": True} if args.allow_remount else {}
+    deployed = runner.run("site.yml", args.inventory, name="audit-fix", extravars=extravars, limit=",".join(hosts))
+    runner.print_summary(deployed, sys.stderr)
+    again = gather(args.inventory, ",".join(hosts), args.timeout)
+    after = [r for r in results if r.host not in hosts] + again
+    if table:
+        print(report.format_table(again, everything=args.verbose))
+        print(format_before_after(results, again, hosts))
+    _outputs(args, after)
+    return _exit_code(after)

@@ -1,0 +1,143 @@
+"""The KV-cache tier of a GPU node, as deploy leaves it (testinfra; read-only on the host).
+
+Each test checks one concern for every item the inventory asks for, and fails with one
+message that lists everything that differs, so a CI log names the drift directly.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+
+import pytest
+
+from kvprov import mountstats
+from kvprov.validate import parsers
+from kvprov.validate.bundle import Desired
+from kvprov.validate.evaluate import LAYOUT_NAMES
+
+VENV_VERSIONS = ("import importlib.metadata as m, json; "
+                 "print(json.dumps({d.metadata['Name'].lower().replace('_', '-'): d.version "
+                 "for d in m.distributions()}))")
+
+
+def _fail_if(problems: list[str], what: str) -> None:
+    if problems:
+        pytest.fail(f"{what}:\n  " + "\n  ".join(problems), pytrace=False)
+
+
+def _nfs_only(d: Desired) -> None:
+    if not d.is_nfs:
+        pytest.skip(f"storage profile local: {d.mount_point} is a local directory")
+
+
+def test_managed_files(host, kvprov_desired: Desired):
+    """Every file deploy writes has the content the roles render, and its mode."""
+    problems = []
+    no_gpu = kvprov_desired.gds_mode == "auto" and not host.file("/proc/driver/nvidia/gpus").is_directory
+    for f in kvprov_desired.files:
+        if f.role == "gds" and no_gpu:
+            continue  # the gds role writes its files only on GPU hosts
+        live = host.file(f.path)
+        if not live.exists:
+            problems.append(f"{f.path}: missing")
+            continue
+        if live.mode != int(f.mode, 8):
+            problems.append(f"{f.path}: mode {live.mode:04o}, want {f.mode}")
+        text = live.content_string
+        if text != f.content:
+            diff = difflib.unified_diff(f.content.splitlines(), text.splitlines(), "desired", "live", n=0,
+                                        lineterm="")
+            problems.append(f"{f.path}: content differs from `kvprov render`:\n    "
+                            + "\n    ".join(list(diff)[2:22]))
+    _fail_if(problems, f"{len(problems)} managed file(s) drifted")
+
+
+def test_mount_options(host, kvprov_desired: Desired):
+    """The live mount (mountinfo, not fstab) has the source and options of the profile."""
+    d = kvprov_desired
+    _nfs_only(d)
+    live = parsers.parse_mountinfo(host.file("/proc/self/mountinfo").content_string, d.mount_point)
+    if live is None:
+        pytest.fail(f"nothing is mounted on {d.mount_point} (want {d.source})", pytrace=False)
+    _fail_if(parsers.mount_state.differences(live, d.source, list(d.mount_options)),
+             f"{d.mount_point} is mounted with other options than {','.join(d.mount_options)}")
+
+
+def test_mount_transport_and_pnfs(host, kvprov_desired: Desired):
+    """Every transport of the mount is the profile's (rdma), NFS >= 4.1, the expected pNFS layout."""
+    d = kvprov_desired
+    _nfs_only(d)
+    found = mountstats.find(parsers.parse_mountstats(host.file("/proc/self/mountstats").content_string),
+                            d.mount_point)
+    if found is None:
+        pytest.fail(f"{d.mount_point}: no NFS mount in /proc/self/mountstats", pytrace=False)
+    problems = [f"xprt: {t.protocol}, want {d.transport}" for t in found.transports if t.protocol != d.transport]
+    if not found.transports:
+        problems.append("no xprt: line")
+    vers = found.opts.get("vers", "")
+    if parsers.version_tuple(vers) is None or parsers.version_tuple(vers) < (4, 1):
+        problems.append(f"vers={vers}: pNFS needs NFS 4.1 or later")
+    if d.pnfs_layout != "none" and found.pnfs != LAYOUT_NAMES[d.pnfs_layout]:
+        problems.append(f"pnfs={found.pnfs or 'not configured'}, want {LAYOUT_NAMES[d.pnfs_layout]}")
+    _fail_if(problems, f"{d.mount_point} is not the tier the inventory asks for")
+
+
+def test_units(host, kvprov_desired: Desired):
+    """Units are valid (loaded, no pending reload), enabled, and running where deploy starts them."""
+    problems = []
+    for u in kvprov_desired.units:
+        props = parsers.parse_systemctl_show(host.check_output(
+            "systemctl show --no-pager -p LoadState -p UnitFileState -p ActiveState -p NeedDaemonReload %s",
+            u.unit))
+        if props.get("LoadState") != "loaded":
+            problems.append(f"{u.unit}: LoadState={props.get('LoadState')}")
+            continue
+        if u.enabled and props.get("UnitFileState") != "enabled":
+            problems.append(f"{u.unit}: {props.get('UnitFileState')}, want enabled")
+        if u.active and props.get("ActiveState") != "active":
+            problems.append(f"{u.unit}: {props.get('ActiveState')}, want active")
+        if props.get("NeedDaemonReload") == "yes":
+            problems.append(f"{u.unit}: changed on disk since systemd loaded it (NeedDaemonReload=yes)")
+    _fail_if(problems, "units not as deployed")
+
+
+def test_packages(host, kvprov_desired: Desired):
+    """The OS packages the roles install are installed."""
+    _fail_if([f"{p}: not installed" for p in kvprov_desired.packages if not host.package(p).is_installed],
+             "missing packages")
+
+
+def test_venv_versions(host, kvprov_desired: Desired):
+    """Each venv holds the pinned versions (nixl-cuXX, nixl, sglang)."""
+    problems = []
+    for venv, pins in sorted(kvprov_desired.venvs.items()):
+        run = host.run(f"{venv}/bin/python3 -c %s", VENV_VERSIONS)
+        if run.rc != 0:
+            problems.append(f"{venv}: cannot list its packages: {run.stderr.strip()[-200:]}")
+            continue
+        have = json.loads(run.stdout)
+        for dist, pin in pins.items():
+            got = have.get(dist.lower().replace("_", "-"))
+            if got is None or (pin and got != pin):
+                problems.append(f"{venv}: {dist} {got or 'not installed'}, want {pin or 'installed'}")
+    _fail_if(problems, "venv versions differ from the inventory's pins")
+
+
+def test_storage_dirs(host, kvprov_desired: Desired):
+    """Each engine instance's NIXL storage dir is on the KV tier, owned by the service user, mode 0750."""
+    d = kvprov_desired
+    problems = []
+    for inst in d.instances:
+        f = host.file(inst.storage_dir)
+        if not f.is_directory:
+            problems.append(f"{inst.storage_dir}: not a directory")
+            continue
+        if (f.user, f.group, f.mode) != (d.sglang_user, d.sglang_user, 0o750):
+            problems.append(f"{inst.storage_dir}: {f.user}:{f.group} {f.mode:04o}, "
+                            f"want {d.sglang_user}:{d.sglang_user} 0750")
+        if d.is_nfs:
+            mount = host.check_output("findmnt -n -o TARGET --target %s", inst.storage_dir)
+            if mount != d.mount_point:
+                problems.append(f"{inst.storage_dir}: on {mount}, not on the KV mount {d.mount_point}")
+    _fail_if(problems, "engine storage directories")
