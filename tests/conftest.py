@@ -32,13 +32,16 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def lab():
     """A freshly booted lab (a running one is restarted: the tests need unconfigured hosts):
-    the state dict from `kvprov lab status --json`."""
+    the state dict from `kvprov lab status --json`. KVPROV_TEST_REUSE_LAB=1 keeps a running,
+    already deployed lab (to rerun later test files while developing)."""
+    import json
+
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
-    kvprov("lab", "down", check=True)
-    up = kvprov("lab", "up", "--containers", str(LAB_CONTAINERS))
-    assert up.returncode == 0, f"lab up failed:\n{up.stdout}\n{up.stderr}"
-    import json
+    if os.environ.get("KVPROV_TEST_REUSE_LAB") != "1":
+        kvprov("lab", "down", check=True)
+        up = kvprov("lab", "up", "--containers", str(LAB_CONTAINERS))
+        assert up.returncode == 0, f"lab up failed:\n{up.stdout}\n{up.stderr}"
 
     st = kvprov("lab", "status", "--json", check=True)
     return json.loads(st.stdout)

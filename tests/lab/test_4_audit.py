@@ -1,0 +1,117 @@
+"""Day 2 on the deployed lab: `kvprov audit` and the testinfra checks (kvprov.checks).
+
+A clean lab audits clean and passes the testinfra suite. Then each sabotage is made on
+one host: the audit names exactly that drift on exactly that host (the other host stays
+clean), the testinfra suite fails with a readable message, and `audit --fix` brings the
+host back to a clean audit. Runs after test_2_deploy (kvlab-gpu1 and kvlab-c1 deployed).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvprov.lab.ssh import ssh_args
+from tests.conftest import kvprov
+from tests.lab.test_3_validate import GPU1, TOML, UNIT, sh
+
+pytestmark = pytest.mark.lab
+
+C1 = ("10.98.1.2", 22)
+HOSTS = "kvlab-gpu1,kvlab-c1"
+OLD_NIXL = Path("/var/lib/kvprov/test-wheels/nixl-1.5.0-py3-none-any.whl")  # scripts/install-deps
+
+
+def audit(lab, tmp_path, *args, limit=HOSTS):
+    out = tmp_path / "audit.json"
+    r = kvprov("audit", lab["inventory"], "--limit", limit, "--json", str(out), *args, timeout=1200)
+    data = json.loads(out.read_text()) if out.exists() else {"hosts": {}}
+    return r, {(h, x["id"]): x for h, v in data["hosts"].items() for x in v["results"]}
+
+
+def drift(results):
+    return {k for k, v in results.items() if v["status"] == "fail"}
+
+
+def testinfra(lab, tmp_path, hosts):
+    """The testinfra suite as a user runs it, from a directory of their own."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
+                           "--hosts=" + ",".join(f"ansible://{h}" for h in hosts.split(",")), f"--ansible-inventory={lab['inventory']}",
+                           "--pyargs", "kvprov.checks"], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+
+
+def test_clean_lab_audits_clean_and_passes_testinfra(lab, tmp_path):
+    prom = tmp_path / "kvprov.prom"
+    r, results = audit(lab, tmp_path, "--prom", str(prom), "--junit", str(tmp_path / "audit.xml"))
+    assert r.returncode == 0 and not drift(results), r.stdout[-4000:] + r.stderr[-2000:]
+    assert results[("kvlab-gpu1", "mount.transport")]["status"] == "pass"
+    assert results[("kvlab-gpu1", f"file:{TOML}")]["status"] == "pass"
+    assert results[("kvlab-c1", "venv:/opt/kvprov/nixl:nixl")]["found"] == "nixl 1.5.1"
+    assert not [k for k, v in results.items() if v["status"] == "warn"], "no unmanaged kvprov file on a clean lab"
+    assert 'kvprov_audit_drift_count{host="kvlab-gpu1"} 0' in prom.read_text()
+    t = testinfra(lab, tmp_path, HOSTS)
+    assert t.returncode == 0, t.stdout[-4000:]
+    assert "passed" in t.stdout and "failed" not in t.stdout
+
+
+def _copy_old_nixl():
+    if not OLD_NIXL.exists():
+        pytest.skip(f"{OLD_NIXL} missing: run scripts/install-deps")
+    with OLD_NIXL.open("rb") as fh:
+        subprocess.run([*ssh_args(*C1), f"cat > /tmp/{OLD_NIXL.name}"], stdin=fh, check=True, timeout=60)
+    return f"/opt/kvprov/nixl/bin/pip install -q --no-deps --no-index /tmp/{OLD_NIXL.name}"
+
+
+SABOTAGES = {
+    # name: (host, ssh address, command (a callable for a prepared one), expected drift ids, testinfra words)
+    "toml_hand_edit": ("kvlab-c1", C1, f"sed -i 's/^use_aio = false/use_aio = true/' {TOML}",
+                       {f"file:{TOML}"}, ["managed file(s) drifted", "+use_aio = true"]),
+    "unit_hand_edit": ("kvlab-c1", C1, f"sed -i 's/^RestartSec=10/RestartSec=1/' {UNIT} && systemctl daemon-reload",
+                       {f"file:{UNIT}"}, ["kvprov-sglang-main.service: content differs", "+RestartSec=1"]),
+    "service_stopped_and_disabled": ("kvlab-c1", C1, "systemctl disable --now kvprov-sglang-main.service",
+                                     {"unit:kvprov-sglang-main.service"},
+                                     ["kvprov-sglang-main.service: disabled, want enabled"]),
+    "pinned_package_changed": ("kvlab-c1", C1, _copy_old_nixl, {"venv:/opt/kvprov/nixl:nixl"},
+                               ["/opt/kvprov/nixl: nixl 1.5.0, want 1.5.1"]),
+    "mount_remounted_with_other_options": (
+        "kvlab-gpu1", GPU1, "systemctl stop mnt-kvcache.mount && mount -t nfs4 -o "
+        "vers=4.1,proto=rdma,port=20049,rsize=131072,wsize=131072 10.99.1.1:/kv /mnt/kvcache",
+        {"mount.options", "mount.unit"}, ["rsize: live 131072, want 262144"]),
+}
+
+
+@pytest.mark.parametrize("name", list(SABOTAGES))
+def test_sabotage_is_named_exactly_then_fixed(lab, tmp_path, name):
+    host, address, command, want, words = SABOTAGES[name]
+    sh(address, command() if callable(command) else command)
+
+    r, results = audit(lab, tmp_path)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    assert drift(results) == {(host, i) for i in want}, r.stdout[-4000:]
+    if name == "toml_hand_edit":
+        assert "+use_aio = true" in results[(host, f"file:{TOML}")]["detail"]
+        assert "+use_aio = true" in r.stdout, "the table shows the unified diff"
+
+    t = testinfra(lab, tmp_path, host)
+    assert t.returncode == 1, t.stdout[-3000:]
+    for w in words:
+        assert w in t.stdout, f"{w!r} not in the testinfra output:\n{t.stdout[-4000:]}"
+
+    fix = kvprov("audit", lab["inventory"], "--limit", HOSTS, "--fix", "--allow-remount", timeout=1200)
+    assert fix.returncode == 0, fix.stdout[-4000:] + fix.stderr[-3000:]
+    assert f"{host}: {len(want)} drifted -> 0 drifted" in fix.stdout
+    r, results = audit(lab, tmp_path)
+    assert r.returncode == 0 and not drift(results), r.stdout[-4000:]
+
+
+def test_unreachable_host_is_reported_not_fatal(lab, tmp_path):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(Path(lab["inventory"]).read_text().replace("ansible_host: 10.98.2.2", "ansible_host: 10.98.77.2"))
+    out = tmp_path / "audit.json"
+    r = kvprov("audit", str(inv), "--limit", "kvlab-c1,kvlab-c2", "--json", str(out), "--timeout", "10")
+    assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["hosts"]["kvlab-c2"]["results"][0]["id"] == "host.reachable"
+    assert data["hosts"]["kvlab-c1"]["ok"] is True
