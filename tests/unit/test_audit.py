@@ -1,0 +1,170 @@
+"""`kvprov audit`'s checks on captured bundles (pure): each drift named exactly, reports."""
+
+import json
+import re
+
+import pytest
+
+from kvprov import audit
+from kvprov.validate import bundle as bf
+from kvprov.validate import report
+from kvprov.validate.bundle import Bundle
+from tests.conftest import FIXTURES
+
+TOML = "/etc/kvprov/nixl_backend_config.toml"
+UNIT = "kvprov-sglang-main.service"
+
+
+def files_of(name: str) -> dict[str, str]:
+    root = FIXTURES / "bundles" / name
+    return {str(p.relative_to(root)): p.read_text() for p in root.rglob("*") if p.is_file()}
+
+
+def run(files: dict[str, str]):
+    b = Bundle(files=files)
+    return {r.id: r for r in audit.audit(b, bf.load_desired(b))}
+
+
+def failed(results):
+    return {i for i, r in results.items() if r.status == "fail"}
+
+
+@pytest.mark.parametrize("bundle", ["lab_gpu1", "local_c1"])
+def test_a_deployed_host_has_no_drift(bundle):
+    results = run(files_of(bundle))
+    assert not failed(results), {i: r.found for i, r in results.items() if r.status == "fail"}
+    assert not [i for i, r in results.items() if r.status == "warn"]
+    assert results["file:/etc/cufile.json"].status == "skip"  # written on GPU hosts only
+
+
+def test_nfs_host_covers_every_concern():
+    results = run(files_of("lab_gpu1"))
+    assert {"mount.options", "mount.transport", "mount.unit", f"file:{TOML}", f"unit:{UNIT}",
+            "unit:mnt-kvcache.mount", "package:rdma-core", "venv:/opt/kvprov/nixl:nixl-cu12",
+            "storage_dir:main", "extra:/etc/kvprov"} <= set(results)
+    assert results["venv:/opt/kvprov/nixl:nixl-cu12"].found == "nixl-cu12 1.5.1"
+
+
+def test_hand_edited_file_shows_a_unified_diff():
+    files = files_of("lab_gpu1")
+    files["files" + TOML] = files["files" + TOML].replace("use_aio = false", "use_aio = true")
+    results = run(files)
+    assert failed(results) == {f"file:{TOML}"}
+    r = results[f"file:{TOML}"]
+    assert r.found == "2 line(s) differ"
+    assert "-use_aio = false\n+use_aio = true" in r.detail
+    assert r.detail.startswith(f"--- {TOML} (desired)\n+++ {TOML} (live)")
+    assert r.fix == "kvprov deploy INVENTORY --limit kvlab-gpu1 --tags nixl"
+    table = report.format_table(list(results.values()), everything=False)
+    assert "+use_aio = true" in table and "mount.options" not in table
+
+
+def test_missing_managed_file_is_drift():
+    files = files_of("local_c1")
+    del files["files" + TOML]
+    r = run(files)[f"file:{TOML}"]
+    assert r.status == "fail" and "is not on the host" in r.found
+
+
+def test_unmanaged_kvprov_files_are_warnings():
+    files = files_of("lab_gpu1")
+    dirs = json.loads(files[audit.MANAGED_DIRS])
+    dirs["/etc/systemd/system"] += ["kvprov-sglang-old.service", "ssh.service"]
+    dirs["/etc/kvprov"] += ["nixl_backend_config.toml.bak"]
+    files[audit.MANAGED_DIRS] = json.dumps(dirs)
+    results = run(files)
+    assert not failed(results)
+    assert results["extra:/etc/systemd/system"].status == "warn"
+    assert results["extra:/etc/systemd/system"].found == "unmanaged: /etc/systemd/system/kvprov-sglang-old.service"
+    assert results["extra:/etc/kvprov"].found == "unmanaged: /etc/kvprov/nixl_backend_config.toml.bak"
+
+
+def _set_unit(files, unit, **props):
+    name = bf.systemctl_file(unit)
+    text = files[name]
+    for k, v in props.items():
+        text = re.sub(rf"^{k}=.*$", f"{k}={v}", text, flags=re.M)
+    files[name] = text
+
+
+def test_disabled_unit_and_pending_reload_are_drift():
+    files = files_of("lab_gpu1")
+    _set_unit(files, UNIT, UnitFileState="disabled")
+    _set_unit(files, "mnt-kvcache.mount", NeedDaemonReload="yes")
+    results = run(files)
+    assert failed(results) == {f"unit:{UNIT}", "unit:mnt-kvcache.mount"}
+    assert results[f"unit:{UNIT}"].found == "UnitFileState=disabled"
+    assert "NeedDaemonReload=yes" in results["unit:mnt-kvcache.mount"].found
+
+
+def test_changed_pin_and_missing_package():
+    files = files_of("lab_gpu1")
+    venvs = json.loads(files[audit.VENVS])
+    venvs["/opt/kvprov/nixl"]["nixl"] = "1.5.0"
+    files[audit.VENVS] = json.dumps(venvs)
+    files[bf.PACKAGES] = "\n".join(line for line in files[bf.PACKAGES].splitlines()
+                                   if not line.startswith("ibverbs-providers\t")) + "\n"
+    results = run(files)
+    assert failed(results) == {"venv:/opt/kvprov/nixl:nixl", "package:ibverbs-providers"}
+    assert results["venv:/opt/kvprov/nixl:nixl"].found == "nixl 1.5.0 in /opt/kvprov/nixl"
+    assert results["venv:/opt/kvprov/nixl:nixl"].expected == "nixl==1.5.1"
+
+
+def test_remount_with_other_options_is_mount_drift():
+    files = files_of("lab_gpu1")
+    files[bf.MOUNTINFO] = files[bf.MOUNTINFO].replace("rsize=262144,wsize=262144", "rsize=131072,wsize=131072")
+    results = run(files)
+    assert failed(results) == {"mount.options", "mount.unit"}
+    assert "rsize: live 131072, want 262144" in results["mount.options"].found
+
+
+def test_garbage_capture_fails_that_check_only():
+    files = files_of("lab_gpu1")
+    files[audit.VENVS] = "{not json"
+    files[audit.MANAGED_DIRS] = json.dumps({"/etc/kvprov": {"error": "Permission denied"}})
+    results = run(files)
+    assert {"venv:/opt/kvprov/nixl:nixl", "extra:/etc/kvprov"} <= failed(results)
+    assert "Permission denied" in results["extra:/etc/kvprov"].found
+    assert results[f"file:{TOML}"].status == "pass"
+
+
+def test_prometheus_textfile_and_exit_codes():
+    files = files_of("lab_gpu1")
+    files["files" + TOML] += "# hand edit\n"
+    results = audit.audit(Bundle(files=files), bf.load_desired(Bundle(files=files)))
+    results.append(audit.unreachable_result('gpu-"b"', "unreachable: ssh: connect to host timed out"))
+    text = audit.to_prom(results, 1764460800)
+    assert f'kvprov_audit_drift{{host="kvlab-gpu1",check="file:{TOML}"}} 1' in text
+    assert 'kvprov_audit_drift{host="kvlab-gpu1",check="mount.options"} 0' in text
+    assert 'kvprov_audit_drift_count{host="kvlab-gpu1"} 1' in text
+    assert 'kvprov_audit_up{host="gpu-\\"b\\""} 0' in text and 'kvprov_audit_up{host="kvlab-gpu1"} 1' in text
+    assert text.endswith("kvprov_audit_last_run_timestamp_seconds 1764460800\n")
+    for line in text.splitlines():  # every sample line is NAME{LABELS} VALUE
+        assert line.startswith("#") or re.fullmatch(r'kvprov_audit_\w+(\{.*\})? \d+', line), line
+    assert audit.drifted(results) == ["kvlab-gpu1"]
+    assert audit._exit_code(results) == 3
+    assert audit._exit_code(results[:-1]) == 1
+
+
+def test_before_after_summary():
+    before = audit.audit(*(lambda b: (b, bf.load_desired(b)))(Bundle(files={**files_of("local_c1"), "files" + TOML: ""})))
+    after = audit.audit(*(lambda b: (b, bf.load_desired(b)))(Bundle(files=files_of("local_c1"))))
+    text = audit.format_before_after(before, after, ["kvlab-c1"])
+    assert f"kvlab-c1: 1 drifted -> 0 drifted; fixed: file:{TOML}" in text
+
+
+def test_audit_cli_refuses_allow_remount_without_fix(tmp_path):
+    from tests.conftest import ROOT, kvprov
+
+    r = kvprov("audit", str(ROOT / "inventory/lab.yml"), "--allow-remount")
+    assert r.returncode == 2 and "--allow-remount goes with --fix" in r.stderr
+
+
+def test_testinfra_hosts_map_to_inventory_hosts():
+    from kvprov.checks.plugin import _inventory_name
+    from tests.conftest import ROOT
+
+    inv = str(ROOT / "inventory/lab.yml")
+    assert _inventory_name(inv, "kvlab-gpu1", None) == "kvlab-gpu1"  # ansible://kvlab-gpu1
+    assert _inventory_name(inv, "127.0.0.1", 2221) == "kvlab-gpu1"  # paramiko://root@127.0.0.1:2221
+    assert _inventory_name(inv, "127.0.0.1", 2999) is None
