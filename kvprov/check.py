@@ -200,6 +200,12 @@ def int_range(lo: int, hi: int | None = None, multiple: int | None = None, note:
     return rule
 
 
+def non_negative(value: Any) -> list[Finding]:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        return [Finding(f"must be 0 or more, got {value}")]
+    return []
+
+
 # ---- paths
 
 def absolute_path(value: str) -> list[Finding]:
@@ -411,6 +417,15 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_sglang_tp_size": int_range(1),
     "kvprov_sglang_page_size": int_range(1),
     "kvprov_sglang_hicache_size": int_range(0, note=" (GB of host DRAM per TP rank)"),
+    "kvprov_bench_model_layers": int_range(1),
+    "kvprov_bench_model_kv_heads": int_range(1),
+    "kvprov_bench_model_head_dim": int_range(1),
+    "kvprov_bench_files": int_range(1),
+    "kvprov_bench_seconds": int_range(1, note=" (seconds per pass)"),
+    "kvprov_bench_concurrency": int_range(0, 1024, note=" (0 takes the NIXL plugin's thread_count)"),
+    "kvprov_bench_min_write_gbps": non_negative,
+    "kvprov_bench_min_read_gbps": non_negative,
+    "kvprov_bench_dir": absolute_path,
     "kvprov_storage_mount_point": mount_point,
     "kvprov_storage_server": storage_server,
     "kvprov_storage_extra_options": extra_options,

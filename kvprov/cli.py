@@ -18,6 +18,7 @@ COMMANDS = [
     "kvprov.deploy",
     "kvprov.validate.cli",
     "kvprov.validate.collect",
+    "kvprov.bench",
     "kvprov.audit",
     "kvprov.lab.cli",
 ]

@@ -1,7 +1,9 @@
-"""`kvprov validate --bundle DIR/HOST [--json F] [--junit F]`: the checks on captured bundles.
+"""`kvprov validate [INVENTORY | --bundle DIR/HOST] [--no-bench] [--json F] [--junit F]`.
 
-Exit 0: no check failed (warnings and skips allowed); 1: a check failed; 2: no such bundle,
-or a bundle without a usable desired.json.
+Live: collect each host's state (kvprov.validate.collect), run the checks on it, then the
+throughput acceptance test (kvprov.bench) unless --no-bench. Offline: the checks on
+captured bundles. Exit 0: no check failed (warnings and skips allowed); 1: a check failed;
+2: no such bundle, or a bundle without a usable desired.json; 3: a host was unreachable.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kvprov import bench
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import collect, evaluate, report
 
@@ -30,6 +33,8 @@ def add_parser(sub) -> None:
     p.add_argument("--keep", type=Path, metavar="DIR", help="keep the collected bundles in DIR (with INVENTORY)")
     p.add_argument("--bundle", action="append", default=[], metavar="DIR/HOST",
                    help="a host's bundle directory (repeat for several hosts)")
+    p.add_argument("--no-bench", action="store_true", help="skip the throughput acceptance test (with INVENTORY)")
+    bench.add_arguments(p)
     p.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
     p.add_argument("--junit", metavar="F", help="also write JUnit XML to F (a testcase per check)")
     p.set_defaults(func=cmd_validate)
@@ -40,6 +45,20 @@ def _write(path: str, text: str) -> None:
         Path(path).write_text(text)
     except OSError as e:
         raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
+
+
+def write_reports(args, results: list, name: str = "kvprov validate") -> None:
+    """--json F (or '-': JSON on stdout instead of the table), --junit F, and the table."""
+    if args.json:
+        text = report.format_json(results)
+        if args.json == "-":
+            sys.stdout.write(text)
+        else:
+            _write(args.json, text)
+    if args.junit:
+        _write(args.junit, report.to_junit(results, name))
+    if args.json != "-":
+        print(report.format_table(results))
 
 
 def cmd_validate(args) -> int:
@@ -57,19 +76,16 @@ def cmd_validate(args) -> int:
         raise KvprovError("give an INVENTORY or --bundle DIR/HOST (a bundle directory, see docs/bundle.md)", EXIT_USAGE)
     results = []
     for path in args.bundle:
-        results += evaluate.evaluate_bundle(path)
+        results += report.checks(evaluate.evaluate_bundle(path))
     if args.inventory and not args.keep:
         shutil.rmtree(out, ignore_errors=True)
-    if args.json:
-        text = report.format_json(results)
-        if args.json == "-":
-            sys.stdout.write(text)
-        else:
-            _write(args.json, text)
-    if args.junit:
-        _write(args.junit, report.to_junit(results))
-    if args.json != "-":
-        print(report.format_table(results))
+    if args.inventory and not args.no_bench and args.bundle:
+        hosts = ",".join(sorted(Path(b).name for b in args.bundle))
+        bench_results, bench_run = bench.run(args.inventory, hosts, args.together, bench.overrides(args))
+        results += bench_results
+        unreachable += bench_run.unreachable
+    results += [evaluate.summarize(rs) for rs in report.by_host(results).values()]
+    write_reports(args, results)
     if not report.ok(results):
         return EXIT_CHECKS_FAILED
     return EXIT_UNREACHABLE if unreachable else EXIT_OK
