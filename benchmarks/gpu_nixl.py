@@ -1,17 +1,27 @@
 #!/usr/bin/env python3
-"""GPU path of the KV-page throughput test (prints figures; not a test).
+"""GPU path of the KV-page throughput test, through the acceptance test's worker (prints
+figures; not a test).
 
-Writes then reads N files shaped like SGLang's KV pages (default: Qwen3-8B, page 256,
-bf16, TP1 -> 18 MiB `_k` files) through NIXL's GDS_MT plugin from GPU memory, with
-O_DIRECT files, verifies the data, and prints GB/s beside NIXL POSIX from pinned DRAM and
-dd with the same file size and count. Says whether cuFile ran in compat mode.
+Runs kvprov/bench_worker.py -- NIXL GDS_MT from GPU memory, then NIXL POSIX from DRAM --
+on --dir for each --concurrency, then fio (libaio, same file size, I/O size and depth; see
+benchmarks/bench_vs_fio.py) or, without fio, T parallel dd streams of one O_DIRECT I/O per
+file, and prints write/read GB/s, latencies, whether cuFile ran in compat mode, and the
+worker's error when GDS cannot register files. Files: Qwen3-8B page 256 bf16 TP1 `_k`
+files (18 MiB) unless --file-bytes.
 
-  python3 benchmarks/gpu_nixl.py --dir /var/tmp/kvprov-bench [--files 32] [--threads 16] [--fix-udev]
+With --fix-udev, a GDS run that fails while the udev record cuFile reads for the disk under
+--dir is missing (machines and containers without /run/udev) is reported, then the record
+is written and the run repeated: that is the first line of the report.
 
-Needs a CUDA GPU, torch, and `nixl` + `nixl-cuXX` (libcudart/libcufile on LD_LIBRARY_PATH).
---fix-udev writes the udev record cuFile needs for the disk under --dir when the machine has
-no /run/udev (containers): without it GDS fails to register any file (cuFile error 5027).
-Removes only the files it wrote, and its --dir if it created it.
+On the device machine (H200, CUDA 13, .wheels = nixl-cu13 cp312 + nixl, carried):
+
+  python3 -m pip install -q --no-deps --break-system-packages .wheels/*.whl
+  export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib
+  python3 benchmarks/gpu_nixl.py --dir /var/tmp/kvprov-bench --files 64 --concurrency 8,32 \\
+      --threads 32 --fix-udev --json $OUT/gpu-h200.json
+
+Removes only the files it wrote (the worker's run directories, its dd files) and --dir if it
+created it; a udev record it wrote stays (it describes the disk, like udev's own).
 """
 
 from __future__ import annotations
@@ -19,125 +29,133 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-MIB = 1 << 20
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = ROOT / "kvprov" / "bench_worker.py"
+FILE_BYTES = 18 << 20  # kv_file_bytes(36, 256, 8, 128, 2, 1): Qwen3-8B, page 256, bf16, TP1
 
 
-def kv_page_bytes(layers=36, page=256, kv_heads=8, head_dim=128, dtype_bytes=2, tp=1) -> int:
-    """One `_k` (or `_v`) file of a page_first layout page: layers x page x heads/tp x dim x dtype."""
-    return layers * page * (kv_heads // tp) * head_dim * dtype_bytes
+def udev_record(directory: str) -> str:
+    dev = os.stat(directory).st_dev
+    return f"/run/udev/data/b{os.major(dev)}:{os.minor(dev)}"
 
 
 def fix_udev(directory: str) -> str:
-    st = os.stat(directory)
-    major, minor = os.major(st.st_dev), os.minor(st.st_dev)
-    record = f"/run/udev/data/b{major}:{minor}"
-    if os.path.exists(record):
-        return f"{record} exists"
+    record = udev_record(directory)
     fstype = subprocess.run(["findmnt", "-no", "FSTYPE", "--target", directory], capture_output=True,
-                            text=True).stdout.strip() or "ext4"
-    os.makedirs("/run/udev/data", exist_ok=True)
+                            text=True, check=False).stdout.strip() or "ext4"
+    os.makedirs(os.path.dirname(record), exist_ok=True)
     with open(record, "w") as fh:
         fh.write(f"E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE={fstype}\n")
     return f"wrote {record} (ID_FS_TYPE={fstype})"
 
 
-def nixl_roundtrip(backend: str, params: dict, mem: str, src, dst, paths: list[str], size: int) -> dict:
-    from nixl._api import nixl_agent, nixl_agent_config
-
-    agent = nixl_agent(f"kvprov-bench-{backend}", nixl_agent_config(backends=[]))
-    agent.create_backend(backend, params)
-    dev = src.device.index if mem == "VRAM" else 0
-    fds = [os.open(p, os.O_RDWR | os.O_CREAT | getattr(os, "O_DIRECT", 0), 0o600) for p in paths]
-    try:
-        files = agent.register_memory([(0, size, fd, "") for fd in fds], "FILE")
-        out = {}
-        for op, buf in (("WRITE", src), ("READ", dst)):
-            agent.register_memory([(buf.data_ptr(), buf.numel(), dev, "")], mem)
-            descs = agent.get_xfer_descs([(buf.data_ptr() + i * size, size, dev) for i in range(len(fds))], mem)
-            handle = agent.initialize_xfer(op, descs, files.trim(), agent.name)
-            t0 = time.perf_counter()
-            state = agent.transfer(handle)
-            while state not in ("DONE", "ERR"):
-                state = agent.check_xfer_state(handle)
-            seconds = time.perf_counter() - t0
-            agent.release_xfer_handle(handle)
-            if state != "DONE":
-                raise RuntimeError(f"{backend} {op} ended in {state}")
-            if op == "WRITE":
-                for fd in fds:
-                    os.fsync(fd)
-                subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"], check=False)
-            out[op.lower()] = len(fds) * size / seconds / 1e9
-        import torch
-
-        out["verified"] = bool(torch.equal(src.cpu(), dst.cpu()))
-        return out
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
-def dd(path: str, size: int, count: int) -> dict:
-    out = {}
-    for op, args in (("write", ["if=/dev/zero", f"of={path}", "oflag=direct", "conv=fsync"]),
-                     ("read", [f"if={path}", "of=/dev/null", "iflag=direct"])):
-        t0 = time.perf_counter()
-        subprocess.run(["dd", f"bs={size}", f"count={count}", *args], check=True, capture_output=True)
-        out[op] = count * size / (time.perf_counter() - t0) / 1e9
-    os.unlink(path)
+def worker(args, backend: str, mem: str, params: dict, depth: int) -> dict:
+    cmd = [args.python, str(WORKER), "--dir", args.dir, "--backend", backend, "--mem", mem, "--gpu", str(args.gpu),
+           "--params", json.dumps(params), "--file-bytes", str(args.file_bytes), "--files", str(args.files),
+           "--concurrency", str(depth), "--label", f"{backend} {mem} depth {depth}"]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
+    out = json.loads(res.stdout) if res.stdout.strip() else {"ok": False, "error": f"no JSON (exit {res.returncode})"}
+    if not out["ok"]:
+        out["stderr_tail"] = res.stderr[-4000:]
     return out
+
+
+def dd_streams(directory: str, size: int, files: int, depth: int) -> dict:
+    """`depth` parallel dd streams, one O_DIRECT I/O of `size` per file, write then read."""
+    run_dir = Path(directory) / f".kvprov-dd-{os.getpid()}"
+    run_dir.mkdir()
+    try:
+        figures = {}
+        for op, fmt in (("write", "dd if=/dev/zero of={f} bs={bs} count=1 oflag=direct status=none"),
+                        ("read", "dd if={f} of=/dev/null bs={bs} iflag=direct status=none")):
+            scripts = ["; ".join(fmt.format(f=run_dir / f"dd-{i:05d}", bs=size) for i in range(s, files, depth))
+                       for s in range(depth)]
+            t0 = time.monotonic()
+            procs = [subprocess.Popen(["sh", "-ec", script]) for script in scripts]
+            if any(p.wait() for p in procs):
+                raise SystemExit(f"dd {op} failed")
+            seconds = time.monotonic() - t0
+            figures[op] = {"bytes": size * files, "seconds": seconds, "gbps": size * files / seconds / 1e9}
+        return figures
+    finally:
+        for i in range(files):
+            (run_dir / f"dd-{i:05d}").unlink(missing_ok=True)
+        run_dir.rmdir()
+
+
+def baseline(args, depth: int) -> dict:
+    if shutil.which("fio"):
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from bench_vs_fio import fio_figures, fio_script
+
+        res = subprocess.run(["sh", "-c", fio_script(args.dir, "libaio", depth, args.file_bytes, args.files, 600)],
+                             capture_output=True, text=True, check=False, timeout=900)
+        if res.returncode:
+            raise SystemExit(f"fio failed: {res.stderr[-2000:]}")
+        return {"tool": f"fio libaio iodepth={depth}", **fio_figures(res.stdout)}
+    return {"tool": f"dd x{depth} streams", **dd_streams(args.dir, args.file_bytes, args.files, depth)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dir", required=True)
-    ap.add_argument("--files", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=16, help="GDS_MT thread_count")
-    ap.add_argument("--fix-udev", action="store_true")
+    ap.add_argument("--dir", required=True, help="a directory on a local block-device file system")
+    ap.add_argument("--files", type=int, default=64)
+    ap.add_argument("--file-bytes", type=int, default=FILE_BYTES)
+    ap.add_argument("--concurrency", default="8,32", help="comma-separated transfers in flight")
+    ap.add_argument("--threads", type=int, default=32, help="GDS_MT thread_count")
+    ap.add_argument("--gpu", type=int, default=0)
+    ap.add_argument("--python", default=sys.executable, help="python with nixl and numpy")
+    ap.add_argument("--fix-udev", action="store_true", help="write cuFile's missing udev record (see above)")
     ap.add_argument("--json", help="write the figures here too")
     args = ap.parse_args()
-    import torch
-
-    size = kv_page_bytes()
+    depths = [int(d) for d in args.concurrency.split(",")]
+    smi = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader", "-i", str(args.gpu)]
+    report = {"gpu": subprocess.run(smi, capture_output=True, text=True, check=False).stdout.strip()
+              if shutil.which("nvidia-smi") else "no nvidia-smi",
+              "dir": args.dir, "file_bytes": args.file_bytes, "files": args.files, "notes": [], "runs": [],
+              "baseline": []}
     created = not os.path.isdir(args.dir)
     os.makedirs(args.dir, exist_ok=True)
-    notes = [f"file size {size / MIB:.0f} MiB x {args.files} files (Qwen3-8B, page 256, bf16, TP1 `_k` file)"]
-    if args.fix_udev:
-        notes.append(fix_udev(args.dir))
-    paths = [os.path.join(args.dir, f"kvprov-bench-{i:04d}_k") for i in range(args.files)]
-    rows = {}
     try:
-        n = size * args.files
-        gpu_src = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
-        gpu_dst = torch.zeros(n, dtype=torch.uint8, device="cuda")
-        rows["NIXL GDS_MT, GPU memory <-> file"] = nixl_roundtrip(
-            "GDS_MT", {"thread_count": str(args.threads)}, "VRAM", gpu_src, gpu_dst, paths, size)
-        del gpu_src, gpu_dst
-        cpu_src = torch.randint(0, 255, (n,), dtype=torch.uint8).pin_memory()
-        cpu_dst = torch.zeros(n, dtype=torch.uint8).pin_memory()
-        rows["NIXL POSIX, pinned DRAM <-> file"] = nixl_roundtrip(
-            "POSIX", {"use_aio": "false"}, "DRAM", cpu_src, cpu_dst, paths, size)
-        rows[f"dd bs={size // MIB}M O_DIRECT"] = dd(paths[0] + ".dd", size, args.files)
+        for depth in depths:
+            run = worker(args, "GDS_MT", "VRAM", {"thread_count": args.threads}, depth)
+            if not run["ok"] and args.fix_udev and not os.path.exists(udev_record(args.dir)):
+                report["udev_failure"] = run
+                report["notes"].append(f"without the udev record: {run['error']}")
+                report["notes"].append(fix_udev(args.dir))
+                run = worker(args, "GDS_MT", "VRAM", {"thread_count": args.threads}, depth)
+            report["runs"].append(run)
+        for depth in depths:
+            report["runs"].append(worker(args, "POSIX", "DRAM", {}, depth))
+        for depth in depths:
+            report["baseline"].append({"concurrency": depth, **baseline(args, depth)})
     finally:
-        for p in paths:
-            if os.path.exists(p):
-                os.unlink(p)
         if created:
             os.rmdir(args.dir)
-    nvfs = os.path.exists("/proc/driver/nvidia-fs/version")
-    notes.append("nvidia-fs driver loaded" if nvfs else "no nvidia-fs driver: cuFile runs in compat mode (POSIX inside cuFile)")
-    print("\n".join(notes))
-    print(f"{'path':40} {'write GB/s':>10} {'read GB/s':>10}  verified")
-    for name, r in rows.items():
-        print(f"{name:40} {r['write']:10.2f} {r['read']:10.2f}  {r.get('verified', '-')}")
+    compat = next((r["compat_mode"] for r in report["runs"] if r.get("compat_mode") is not None), None)
+    report["notes"].append("no nvidia-fs driver: cuFile runs in compat mode (POSIX I/O inside cuFile)" if compat
+                           else "nvidia-fs driver loaded: cuFile uses GPUDirect Storage")
+    print(f"{report['gpu']}; {args.files} files x {args.file_bytes} B in {args.dir}")
+    print("\n".join(report["notes"]))
+    print(f"{'path':32} {'depth':>5} {'write GB/s':>10} {'read GB/s':>10} {'p50 ms w/r':>14}  verified")
+    for r in report["runs"]:
+        if not r["ok"]:
+            print(f"{r.get('label', '?'):32} failed: {r['error']}")
+            continue
+        lat = f"{r['write']['lat_ms']['p50']:.1f}/{r['read']['lat_ms']['p50']:.1f}"
+        print(f"{r['backend'] + ' ' + r['mem']:32} {r['concurrency']:>5} {r['write']['gbps']:10.2f} "
+              f"{r['read']['gbps']:10.2f} {lat:>14}  {r['verified']}")
+    for b in report["baseline"]:
+        print(f"{b['tool']:32} {b['concurrency']:>5} {b['write']['gbps']:10.2f} {b['read']['gbps']:10.2f}")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"notes": notes, "rows": rows, "compat_mode": not nvfs}, fh, indent=2)
-    return 0
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0 if all(r["ok"] for r in report["runs"]) else 1
 
 
 if __name__ == "__main__":

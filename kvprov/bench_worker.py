@@ -1,0 +1,544 @@
+#!/usr/bin/env python3
+"""Target-side worker of the throughput acceptance test (`kvprov bench`).
+
+Copied to a GPU host and run there with the NIXL venv's python (or run in place):
+
+  /opt/kvprov/nixl/bin/python3 bench_worker.py --dir BASE [--backend POSIX|GDS_MT|GDS]
+      [--params JSON] [--file-bytes N] [--files N] [--seconds S] [--concurrency T]
+      [--mem DRAM|VRAM] [--gpu N] [--no-direct] [--no-verify] [--start-at EPOCH] [--label TEXT]
+
+Writes, then reads back, files shaped like SGLang HiCache KV pages (one `_k`/`_v` file of
+--file-bytes each, one NIXL transfer per file) in its own run directory
+BASE/.kvprov-bench-<host>-<pid>-<time>, keeping --concurrency transfers in flight, and
+prints exactly one JSON object on stdout (diagnostics go to stderr; exit 0 when ok, 1 when
+not, 2 for unparsable arguments). It removes the files it created and its run directory,
+also after an error, Ctrl-C, SIGTERM or SIGHUP, and nothing else.
+
+Data: every 4 KiB block of every file is unique (the first 8 bytes of each block carry a
+per-run, per-file, per-block stamp; the rest is random), so storage that deduplicates or
+compresses (ONTAP does both inline) cannot flatter the figures. With verification on (the
+default) each file read back is compared with what was written, in helper threads (numpy
+and cudaMemcpy release the GIL), the read buffer slot being reused only once checked.
+Pass times run from the first submission to the last completion; a file's open, its NIXL
+registration and the transfer's preparation count in the pass time, not in the per-I/O
+latency (transfer submit -> DONE). --no-direct measures the page cache on writes: the
+fsync and posix_fadvise(DONTNEED) that make the read pass cold run untimed after it.
+
+Host buffers are anonymous mmap'd memory populated when allocated, as an engine's pinned host
+pool is. On a virtio disk the physical layout of the buffer pages changed read GB/s by up to
+2x (the block layer merges contiguous pages into fewer requests): buffers faulted in by the
+I/O itself, as fio's read buffers are, read at about half the speed.
+
+NIXL 1.5.1 POSIX plugin, from NIXL's source (src/plugins/posix, read in the tree just before
+1.5), checked against the 1.5.1 wheel's plugin (its strings, its libaio and liburing) and by
+running it (NIXL_LOG_LEVEL=INFO prints "POSIX backend initialized using io queue type: ..."):
+- The I/O queue is chosen by use_aio / use_uring / use_posix_aio (mutually exclusive). With
+  none of them true -- `{}` or `{"use_aio": "false"}` alike -- the default queue is "AIO", i.e.
+  Linux native AIO through libaio (io_submit / io_getevents, bundled in the wheel): use_aio
+  false does NOT mean synchronous I/O. use_uring gives io_uring, use_posix_aio glibc's POSIX
+  AIO (aio_read/aio_write, which glibc runs in threads).
+- One queue per backend engine (kernel queue 256 entries by default) is shared by all of the
+  agent's transfers: several outstanding transfers really run concurrently, and polling any
+  one handle reaps completions for all. A transfer's descriptors are submitted from the
+  caller's thread in transfer(); there is no plugin-side thread.
+- Hence the matching fio job is `--ioengine=libaio --iodepth=T --direct=1 --numjobs=1`, with
+  --bs = --filesize = the file size (one I/O per file) and --fallocate=none
+  --create_on_open=1 (new files extended by the write itself, as here), and the read pass a
+  separate fio run (a read job in the same run makes fio lay the files out beforehand, so
+  its writes would overwrite allocated blocks); benchmarks/bench_vs_fio.py runs exactly that.
+- io_submit of a large O_DIRECT I/O can block its caller for a good part of the I/O (pinning
+  4608 pages for 18 MiB, block allocation, waiting for block-layer requests): strace showed
+  ~6 ms of a ~11 ms 18 MiB write on a virtio disk, for NIXL and fio alike. The transfer loop
+  below therefore submits one file per sweep and polls the others in between.
+- GDS_MT runs each descriptor as one cuFileRead/cuFileWrite on a pool of thread_count
+  threads; GDS uses cuFile's batch API. Both take concurrent transfers.
+
+Importable without numpy or NIXL (the controller uses kv_file_bytes and percentiles):
+top-level imports are the standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import glob
+import importlib
+import json
+import mmap
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+BLOCK = 4096  # O_DIRECT alignment and the stamping granularity
+POLL_S = 0.00005  # idle poll interval of the transfer loop
+HANG_GRACE_S = 60  # in-flight I/Os still running this long after a pass's time bound: storage hung
+QWEN3_8B_FILE_BYTES = 18 << 20  # kv_file_bytes(36, 256, 8, 128, 2, 1)
+
+
+class Failure(Exception):
+    """An error the operator can act on; its text becomes the one-line `error`."""
+
+
+def kv_file_bytes(layers: int, page_size: int, kv_heads: int, head_dim: int, dtype_bytes: int,
+                  tp: int = 1) -> int:
+    """Bytes of one SGLang HiCache `_k` (or `_v`) file with a page_first layout: one page of
+    one TP rank's KV heads (kv_heads // tp, at least 1) across all layers."""
+    return layers * page_size * max(1, kv_heads // tp) * head_dim * dtype_bytes
+
+
+def percentiles(values) -> dict:
+    """Nearest-rank p50, p90, p99 and the max of `values` (each None when there are none)."""
+    ordered = sorted(values)
+    if not ordered:
+        return dict.fromkeys(("p50", "p90", "p99", "max"))
+    n = len(ordered)
+    return {f"p{p}": ordered[max(1, -(-p * n // 100)) - 1] for p in (50, 90, 99)} | {"max": ordered[-1]}
+
+
+def nixl_params(text: str) -> dict:
+    """--params JSON -> NIXL's string parameters (true/false for booleans, digits for ints)."""
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise Failure(f"--params is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise Failure("--params must be a JSON object, e.g. '{\"thread_count\": 32}'")
+    out = {}
+    for key, value in raw.items():
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, (int, str)):
+            out[key] = str(value)
+        else:
+            raise Failure(f"--params {key}: {value!r} is not a string, integer or boolean")
+    return out
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", required=True, help="storage directory (must exist); the run directory goes inside")
+    ap.add_argument("--backend", choices=("POSIX", "GDS_MT", "GDS"), default="POSIX")
+    ap.add_argument("--params", default="{}", help="the backend's NIXL parameters as a JSON object")
+    ap.add_argument("--file-bytes", type=int, default=QWEN3_8B_FILE_BYTES,
+                    help="bytes of one file = one I/O, a multiple of 4096 (default: Qwen3-8B page 256 bf16 TP1)")
+    ap.add_argument("--files", type=int, default=64, help="most files per pass")
+    ap.add_argument("--seconds", type=float, default=60, help="time bound of each pass")
+    ap.add_argument("--concurrency", type=int, default=8, help="transfers kept in flight")
+    ap.add_argument("--mem", choices=("DRAM", "VRAM"), default="DRAM")
+    ap.add_argument("--gpu", type=int, default=0, help="CUDA device of --mem VRAM")
+    ap.add_argument("--direct", action=argparse.BooleanOptionalAction, default=True, help="O_DIRECT files")
+    ap.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                    help="compare what is read back with what was written")
+    ap.add_argument("--start-at", type=float, help="wall-clock epoch to start the I/O at")
+    ap.add_argument("--label", default="", help="free text, echoed back")
+    return ap.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    if args.file_bytes <= 0 or args.file_bytes % BLOCK:
+        raise Failure(f"--file-bytes {args.file_bytes} must be a positive multiple of {BLOCK} (O_DIRECT)")
+    for name in ("files", "concurrency", "seconds"):
+        if getattr(args, name) <= 0:
+            raise Failure(f"--{name} must be positive")
+    if args.mem == "VRAM" and args.backend == "POSIX":
+        raise Failure("the POSIX backend moves host memory only: use --mem DRAM, or GDS_MT/GDS for VRAM")
+
+
+# --- CUDA runtime through ctypes (no torch) ---------------------------------------------
+
+def cudart_candidates(major: int | None) -> list[str]:
+    names = [f"libcudart.so.{m}" for m in dict.fromkeys(m for m in (major, 13, 12) if m)]
+    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    patterns = ["/usr/local/cuda*/targets/x86_64-linux/lib", "/usr/local/cuda*/lib64"]
+    for entry in sys.path:  # pip-installed CUDA runtimes and NIXL's bundled libraries
+        patterns += [os.path.join(entry, *p) for p in (("nvidia", "cu*", "lib"), ("nvidia", "cuda_runtime", "lib"),
+                                                        ("nixl_cu*.libs",))]
+    dirs += [d for pattern in patterns for d in sorted(glob.glob(pattern))]
+    found = ctypes.util.find_library("cudart")
+    paths = names + [os.path.join(d, n) for d in dirs for n in names] + ([found] if found else [])
+    return list(dict.fromkeys(paths))
+
+
+class Cuda:
+    H2D, D2H = 1, 2
+
+    def __init__(self, major: int | None, device: int):
+        for path in cudart_candidates(major):
+            try:
+                self.lib = ctypes.CDLL(path)
+                break
+            except OSError:
+                continue
+        else:
+            raise Failure("--mem VRAM: libcudart.so.13/.12 not found (set LD_LIBRARY_PATH to the CUDA "
+                          "toolkit's targets/x86_64-linux/lib)")
+        self.path, self.device = path, device
+        lib = self.lib
+        lib.cudaGetErrorString.restype = ctypes.c_char_p
+        lib.cudaSetDevice.argtypes = [ctypes.c_int]
+        lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+        lib.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        lib.cudaMemcpy2D.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
+                                     ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int]
+        self.set_device()
+
+    def call(self, name: str, *args) -> None:
+        err = getattr(self.lib, name)(*args)
+        if err:
+            raise Failure(f"CUDA {name} failed on GPU {self.device}: "
+                          f"{self.lib.cudaGetErrorString(err).decode()} (error {err}, {self.path})")
+
+    def set_device(self) -> None:  # per thread: the runtime's current device is thread-local
+        self.call("cudaSetDevice", self.device)
+
+    def malloc(self, nbytes: int) -> int:
+        ptr = ctypes.c_void_p()
+        self.call("cudaMalloc", ctypes.byref(ptr), nbytes)
+        return ptr.value
+
+    def copy(self, dst: int, src: int, nbytes: int, kind: int) -> None:
+        self.call("cudaMemcpy", dst, src, nbytes, kind)
+
+    def scatter_words(self, dst: int, words, pitch: int) -> None:
+        """Write the uint64 array `words` to GPU memory, one word every `pitch` bytes."""
+        self.call("cudaMemcpy2D", dst, pitch, words.ctypes.data, 8, 8, len(words), self.H2D)
+
+
+# --- the benchmark -----------------------------------------------------------------------
+
+def import_nixl():
+    """(nixl._api -- from the meta package, else a flavour installed alone --, NIXL's exceptions)."""
+    errors = []
+    for name in ("nixl._api", "nixl_cu13._api", "nixl_cu12._api"):
+        try:
+            api = importlib.import_module(name)
+        except ImportError as exc:
+            errors.append(f"{name}: {exc}")
+            continue
+        bindings = importlib.import_module(api.__name__.replace("._api", "._bindings"))
+        return api, tuple(v for v in vars(bindings).values() if isinstance(v, type) and issubclass(v, Exception))
+    raise Failure(f"cannot import NIXL with {sys.executable} ({'; '.join(errors)})")
+
+
+def mount_fstype(major: int, minor: int) -> str | None:
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            if fields[2] == f"{major}:{minor}" and " - " in line:
+                return line.split(" - ", 1)[1].split()[0]
+    return None
+
+
+def udev_hint(path: str) -> str:
+    """Why cuFile may refuse files here: the udev record of their block device is missing."""
+    dev = os.stat(path).st_dev
+    major, minor = os.major(dev), os.minor(dev)
+    record = f"/run/udev/data/b{major}:{minor}"
+    if major == 0 or os.path.exists(record):  # major 0: NFS, tmpfs, overlay (no block device)
+        return ""
+    fstype = mount_fstype(major, minor) or "ext4"
+    return (f"; the udev record {record} of the block device holding {path} is missing (no /run/udev, "
+            f"e.g. a container) and cuFile needs it: mount the host's /run/udev, or write it: mkdir -p "
+            f"/run/udev/data; printf 'E:ID_FS_USAGE=filesystem\\nE:ID_FS_TYPE={fstype}\\n' > {record}")
+
+
+def library_hint() -> str:
+    libs = {"libcufile.so.0": ("libcufile.so.0",), "libcudart.so.13/.12": ("libcudart.so.13", "libcudart.so.12")}
+    missing = [label for label, names in libs.items() if not any(_loadable(name) for name in names)]
+    return (f"; {', '.join(missing)} not loadable: put the CUDA toolkit's targets/x86_64-linux/lib on "
+            f"LD_LIBRARY_PATH" if missing else "")
+
+
+def _loadable(name: str) -> bool:
+    try:
+        ctypes.CDLL(name)
+        return True
+    except OSError:
+        return False
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, params: dict, run_dir: str, created: list):
+        self.args, self.run_dir, self.created = args, run_dir, created
+        self.size = args.file_bytes
+        self.blocks = self.size // BLOCK
+        self.np = importlib.import_module("numpy")
+        api, self.nixl_errors = import_nixl()
+        flavour = api.__name__.split(".")[0]  # nixl_cu13 / nixl_cu12
+        major = int(flavour[len("nixl_cu"):]) if flavour.startswith("nixl_cu") else None
+        self.cuda = Cuda(major, args.gpu) if args.mem == "VRAM" else None
+        self.devid = args.gpu if self.cuda else 0
+        self.agent = api.nixl_agent(f"kvprov-bench-{os.getpid()}",
+                                    api.nixl_agent_config(enable_prog_thread=False, backends=[]))
+        try:
+            self.agent.create_backend(args.backend, params)
+        except self.nixl_errors as exc:
+            plugins = self.agent.get_plugin_list()
+            why = (f"; no {args.backend} plugin among {', '.join(plugins)}" if args.backend not in plugins
+                   else library_hint() if args.backend.startswith("GDS") else "")
+            raise Failure(f"NIXL cannot create the {args.backend} backend with {params}: {exc}{why}") from None
+        t = args.concurrency
+        self.src = self.alloc(t)  # write slots
+        self.dst = self.alloc(2 * t)  # read slots: one being checked while the next is read
+        rng = self.np.random.default_rng()
+        self.base = int(rng.integers(0, 2**63))
+        self.block_ids = self.np.arange(self.blocks, dtype=self.np.uint64)
+        # Host copy of the random slot contents; for DRAM it is the source buffer itself.
+        self.expect = self.src[1] if not self.cuda else self.np.empty(t * self.size, self.np.uint8)
+        for slot in range(t):
+            self.expect[slot * self.size:(slot + 1) * self.size] = self.np.frombuffer(rng.bytes(self.size),
+                                                                                      self.np.uint8)
+        if self.cuda:
+            self.cuda.copy(self.src[0], self.expect.ctypes.data, t * self.size, Cuda.H2D)
+        self.local = {}  # (op, slot) -> NIXL descriptor list of that slot
+        for op, (addr, _), slots in (("WRITE", self.src, t), ("READ", self.dst, 2 * t)):
+            self.agent.register_memory([(addr, slots * self.size, self.devid, "")], args.mem)
+            for s in range(slots):
+                self.local[op, s] = self.agent.get_xfer_descs([(addr + s * self.size, self.size, self.devid)], args.mem)
+        self.slot_of = {}  # written file index -> source slot
+        self.local_check = threading.local()
+
+    def alloc(self, slots: int):
+        """(address, host numpy view or None) of `slots` file-sized slots."""
+        nbytes = slots * self.size
+        if self.cuda:
+            return self.cuda.malloc(nbytes), None
+        # Page aligned, as O_DIRECT needs; populated now (see the module's docstring).
+        buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+        view = self.np.frombuffer(buf, self.np.uint8)
+        return view.ctypes.data, view
+
+    def stamps(self, index: int):
+        return self.block_ids + self.np.uint64((self.base + index * self.blocks) % 2**64)
+
+    def stamp(self, slot: int, index: int) -> None:
+        """Make file `index` unique: its stamps in the first word of each block of the slot."""
+        if self.cuda:
+            self.cuda.scatter_words(self.src[0] + slot * self.size, self.stamps(index), BLOCK)
+        else:
+            words = self.src[1][slot * self.size:(slot + 1) * self.size].view(self.np.uint64)
+            words[::BLOCK // 8] = self.stamps(index)
+
+    def check(self, index: int, slot: int) -> bool:
+        """Is read slot `slot` what file `index` was written with?"""
+        np = self.np
+        if self.cuda:
+            scratch = getattr(self.local_check, "buf", None)
+            if scratch is None:
+                self.cuda.set_device()
+                scratch = self.local_check.buf = np.empty(self.size, np.uint8)
+            self.cuda.copy(scratch.ctypes.data, self.dst[0] + slot * self.size, self.size, Cuda.D2H)
+            got = scratch
+        else:
+            got = self.dst[1][slot * self.size:(slot + 1) * self.size]
+        src = self.slot_of[index] * self.size
+        want = self.expect[src:src + self.size].reshape(self.blocks, BLOCK).view(np.uint64)
+        got = got.reshape(self.blocks, BLOCK).view(np.uint64)
+        return bool(np.array_equal(got[:, 0], self.stamps(index)) and np.array_equal(got[:, 1:], want[:, 1:]))
+
+    def open(self, op: str, index: int, name: str) -> int:
+        path = os.path.join(self.run_dir, name)
+        flags = (os.O_RDWR | os.O_CREAT | os.O_EXCL) if op == "WRITE" else os.O_RDONLY
+        try:
+            fd = os.open(path, flags | (os.O_DIRECT if self.args.direct else 0), 0o600)
+        except OSError as exc:
+            hint = " (does the file system support O_DIRECT? --no-direct turns it off)" if self.args.direct else ""
+            raise Failure(f"cannot open {path}: {exc.strerror}{hint}") from None
+        if op == "WRITE":
+            self.created.append(path)
+        return fd
+
+    def submit(self, op: str, index: int, name: str, slot: int) -> dict:
+        fd = self.open(op, index, name)
+        backend = self.args.backend
+        io = {"index": index, "slot": slot, "fd": fd, "path": os.path.join(self.run_dir, name)}
+        try:
+            io["file"] = self.agent.register_memory([(0, self.size, fd, "")], "FILE")
+        except self.nixl_errors as exc:
+            msg = f"{backend} could not register {io['path']} (NIXL: {exc})"
+            if backend.startswith("GDS"):
+                msg += udev_hint(self.run_dir) or "; cuFile's log (cufile.log) says why"
+            raise Failure(msg) from None
+        if op == "WRITE":
+            self.slot_of[index] = slot
+            self.stamp(slot, index)
+        try:
+            io["handle"] = self.agent.initialize_xfer(op, self.local[op, slot], io["file"].trim(), self.agent.name)
+            io["t0"] = time.monotonic()
+            io["state"] = self.agent.transfer(io["handle"])
+        except self.nixl_errors as exc:
+            raise Failure(f"NIXL {backend} could not start the {op} of {io['path']}: {exc}") from None
+        return io
+
+    def finish(self, io: dict) -> None:
+        self.agent.release_xfer_handle(io["handle"])
+        self.agent.deregister_memory(io["file"])
+        os.close(io["fd"])
+
+    def run_pass(self, op: str, names: list[str], checker=None) -> tuple[dict, list[str]]:
+        """Keep --concurrency transfers of whole files in flight until all `names` are done or
+        --seconds have passed (every file started is waited for: the files done are always the
+        first ones); return the pass's figures and the files that read back wrong."""
+        window = self.args.concurrency
+        free = list(range(window if op == "WRITE" else 2 * window))
+        inflight, checking, lat, mismatched = [], {}, [], []
+        started = 0
+        t_start = t_end = time.monotonic()
+        deadline = t_start + self.args.seconds
+        while True:
+            # One submission per sweep: a submission can block (see above), and the I/Os already
+            # in flight must not be charged for the time it takes.
+            progressed = (started < len(names) and len(inflight) < window and bool(free)
+                          and time.monotonic() < deadline)
+            if progressed:
+                inflight.append(self.submit(op, started, names[started], free.pop()))
+                started += 1
+            for io in list(inflight):
+                state = io["state"] if io["state"] != "PROC" else self.agent.check_xfer_state(io["handle"])
+                if state == "PROC":
+                    continue
+                if state != "DONE":
+                    raise Failure(f"NIXL {self.args.backend} {op} of {io['path']} ended in {state} "
+                                  f"(the backend's log on stderr says why)")
+                t_end = time.monotonic()
+                lat.append((t_end - io["t0"]) * 1e3)
+                self.finish(io)
+                inflight.remove(io)
+                progressed = True
+                if checker:
+                    checking[checker.submit(self.check, io["index"], io["slot"])] = io
+                else:
+                    free.append(io["slot"])
+            for future in [f for f in checking if f.done()]:
+                io = checking.pop(future)
+                if not future.result():
+                    mismatched.append(io["path"])
+                free.append(io["slot"])
+                progressed = True
+            if not inflight and not checking and (started == len(names) or time.monotonic() >= deadline):
+                break
+            if inflight and time.monotonic() > deadline + HANG_GRACE_S:
+                raise Failure(f"{len(inflight)} {op}s of {self.args.backend} still in flight {HANG_GRACE_S} s after "
+                              f"the pass's time bound: the storage does not answer (hung mount?)")
+            if not progressed:
+                time.sleep(POLL_S)
+        seconds = t_end - t_start
+        nbytes = len(lat) * self.size
+        stats = {"files": len(lat), "bytes": nbytes, "seconds": round(seconds, 6),
+                 "gbps": round(nbytes / seconds / 1e9, 4) if seconds > 0 else None,
+                 "lat_ms": {k: None if v is None else round(v, 3) for k, v in percentiles(lat).items()}}
+        return stats, mismatched
+
+    def settle(self, names: list[str]) -> None:
+        """Untimed, after the write pass: flush and drop cached pages so reads are cold."""
+        for name in names:
+            fd = os.open(os.path.join(self.run_dir, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def file_name(index: int) -> str:
+    """Page index//2, `_k` then `_v`, as HiCache names a page_first page's two files."""
+    return f"{index // 2:06d}_{'kv'[index % 2]}"
+
+
+def run(args: argparse.Namespace, result: dict, created: list) -> None:
+    params = nixl_params(args.params)
+    result["params"] = params
+    check_args(args)
+    try:
+        os.mkdir(result["run_dir"], 0o700)
+    except FileNotFoundError:
+        raise Failure(f"storage directory {args.dir} does not exist") from None
+    except OSError as exc:
+        raise Failure(f"cannot create the run directory {result['run_dir']}: {exc.strerror}") from None
+    created.append(result["run_dir"])
+    bench = Bench(args, params, result["run_dir"], created)
+    if args.start_at is not None and args.start_at > time.time():
+        time.sleep(args.start_at - time.time())
+    result["start"] = time.time()
+    names = [file_name(i) for i in range(max(args.files, args.concurrency))]
+    print(f"bench: {args.backend} {args.mem} {params} {len(names)} x {args.file_bytes} B files, "
+          f"{args.concurrency} in flight, in {result['run_dir']}", file=sys.stderr)
+    result["write"], _ = bench.run_pass("WRITE", names)
+    names = names[:result["write"]["files"]]
+    bench.settle(names)
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        result["read"], mismatched = bench.run_pass("READ", names, pool if args.verify else None)
+    if args.verify:
+        result["verified"] = not mismatched
+        if mismatched:
+            raise Failure(f"{len(mismatched)} of {result['read']['files']} files read back differ from what "
+                          f"was written (first: {mismatched[0]})")
+
+
+def cleanup(created: list) -> bool:
+    """Remove what this run created (its files, then its run directory); True when all is gone."""
+    ok = True
+    for path in reversed(created):
+        try:
+            if os.path.isdir(path):
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            print(f"bench: cannot remove {path}: {exc}", file=sys.stderr)
+            ok = False
+    return ok
+
+
+def on_signal(signum, frame):
+    raise Failure(f"stopped by {signal.Signals(signum).name}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    stdout = os.dup(1)
+    os.dup2(2, 1)  # whatever NIXL or CUDA print goes to stderr; stdout carries the JSON alone
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    host = socket.gethostname()
+    result = {"ok": False, "error": None, "host": host, "label": args.label, "backend": args.backend,
+              "mem": args.mem, "params": None, "file_bytes": args.file_bytes, "concurrency": args.concurrency,
+              "direct": args.direct, "start": None, "write": None, "read": None, "verified": None,
+              "compat_mode": (not os.path.exists("/proc/driver/nvidia-fs/version")
+                              if args.backend.startswith("GDS") else None),
+              "run_dir": os.path.join(args.dir, f".kvprov-bench-{host}-{os.getpid()}-{int(time.time())}"),
+              "cleaned": False}
+    created: list[str] = []
+    try:
+        run(args, result, created)
+        result["ok"] = True
+    except Failure as exc:
+        result["error"] = str(exc)
+    except KeyboardInterrupt:
+        result["error"] = "interrupted"
+    except Exception as exc:  # noqa: BLE001 -- an unforeseen error still yields the JSON report
+        result["error"] = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    finally:
+        result["cleaned"] = cleanup(created)
+    if result["error"]:
+        print(f"bench: {result['error']}", file=sys.stderr)
+    sys.stdout.flush()
+    os.dup2(stdout, 1)
+    os.close(stdout)
+    os.write(1, (json.dumps(result) + "\n").encode())
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stderr.flush()
+    # Skip interpreter teardown: NIXL's and CUDA's destructors at exit add nothing to a
+    # finished report and must not be able to change its exit code.
+    os._exit(code)

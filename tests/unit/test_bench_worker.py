@@ -1,0 +1,152 @@
+"""kvprov/bench_worker.py: its pure parts, its argument errors, and real runs through NIXL's
+POSIX plugin in a venv built from the offline wheelhouse (as a GPU host's NIXL venv is)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import venv
+from pathlib import Path
+
+import pytest
+
+from kvprov.bench_worker import Failure, kv_file_bytes, nixl_params, percentiles
+
+WORKER = Path(__file__).resolve().parents[2] / "kvprov" / "bench_worker.py"
+WHEELHOUSE = Path("/var/lib/kvprov/wheelhouse")
+MIB = 1 << 20
+
+
+def run_worker(python: str, *args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess, dict | None]:
+    res = subprocess.run([python, str(WORKER), *args], capture_output=True, text=True, check=False, timeout=timeout)
+    lines = res.stdout.splitlines()
+    return res, json.loads(lines[0]) if lines else None
+
+
+def test_kv_file_bytes_of_qwen3_8b():
+    # 36 layers, page 256, 8 KV heads, head_dim 128, bf16
+    assert kv_file_bytes(36, 256, 8, 128, 2, 1) == 18 * MIB
+    assert kv_file_bytes(36, 256, 8, 128, 2, 2) == 9 * MIB
+    assert kv_file_bytes(36, 256, 8, 128, 2, 16) == kv_file_bytes(36, 256, 1, 128, 2, 1)  # at least one head
+
+
+def test_percentiles_are_nearest_rank():
+    assert percentiles(range(100, 0, -1)) == {"p50": 50, "p90": 90, "p99": 99, "max": 100}
+    assert percentiles([float(x) for x in range(1, 11)]) == {"p50": 5.0, "p90": 9.0, "p99": 10.0, "max": 10.0}
+    assert percentiles([3, 1, 2]) == {"p50": 2, "p90": 3, "p99": 3, "max": 3}
+    assert percentiles([7]) == {"p50": 7, "p90": 7, "p99": 7, "max": 7}
+    assert percentiles([]) == {"p50": None, "p90": None, "p99": None, "max": None}
+
+
+def test_params_become_nixl_strings():
+    assert nixl_params('{"use_aio": false, "thread_count": 32, "x": "y", "on": true}') == {
+        "use_aio": "false", "thread_count": "32", "x": "y", "on": "true"}
+    for bad in ('{"a": [1]}', '{"a": null}', "[1]", "{oops"):
+        with pytest.raises(Failure):
+            nixl_params(bad)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--file-bytes", "1000"], "--file-bytes 1000 must be a positive multiple of 4096"),
+    (["--concurrency", "0"], "--concurrency must be positive"),
+    (["--mem", "VRAM"], "the POSIX backend moves host memory only"),
+    (["--params", '{"thread_count": 1.5}'], "--params thread_count: 1.5 is not a string, integer or boolean"),
+])
+def test_argument_errors_are_json_and_exit_1(tmp_path, args, message):
+    # Rejected before NIXL is imported: any python will do.
+    res, out = run_worker(sys.executable, "--dir", str(tmp_path), *args)
+    assert res.returncode == 1, res.stderr
+    assert out["ok"] is False and out["error"].startswith(message)
+    assert out["cleaned"] is True and os.listdir(tmp_path) == []
+
+
+def test_unparsable_arguments_exit_2():
+    res = subprocess.run([sys.executable, str(WORKER), "--files", "8"], capture_output=True, text=True, check=False)
+    assert res.returncode == 2 and res.stdout == "" and "--dir" in res.stderr
+
+
+@pytest.fixture(scope="session")
+def nixl_python(tmp_path_factory) -> str:
+    """A venv with nixl-cu12, nixl and numpy installed offline from the wheelhouse, once per session."""
+    if not WHEELHOUSE.is_dir():
+        pytest.skip(f"no wheelhouse at {WHEELHOUSE} (scripts/install-deps creates it)")
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    wheels = [w for name in ("nixl_cu12-*", "nixl-*", "numpy-*") for w in sorted(WHEELHOUSE.glob(f"{name}.whl"))
+              if name == "nixl-*" or f"-{tag}-" in w.name]
+    if len(wheels) != 3:
+        pytest.skip(f"the wheelhouse {WHEELHOUSE} lacks nixl-cu12/nixl/numpy wheels for {tag}")
+    home = tmp_path_factory.mktemp("nixl-venv")
+    venv.EnvBuilder(with_pip=False).create(home)
+    python = str(home / "bin" / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", site,
+                    *map(str, wheels)], check=True, capture_output=True, timeout=600)
+    return python
+
+
+@pytest.fixture
+def base():
+    """A storage directory on a real disk (tmpfs may refuse O_DIRECT), with a file of someone else's."""
+    with tempfile.TemporaryDirectory(prefix="kvprov-bench-test-", dir="/var/tmp") as d:
+        (Path(d) / "someone-elses-file").write_bytes(b"keep me")
+        yield Path(d)
+
+
+def test_posix_dram_round_trip(nixl_python, base):
+    res, out = run_worker(nixl_python, "--dir", str(base), "--backend", "POSIX", "--params", '{"use_aio": true}',
+                          "--file-bytes", str(MIB), "--files", "8", "--concurrency", "4", "--label", "unit")
+    assert res.returncode == 0, res.stderr
+    assert out["ok"] is True and out["error"] is None, out
+    assert (out["label"], out["backend"], out["mem"], out["params"]) == ("unit", "POSIX", "DRAM", {"use_aio": "true"})
+    assert (out["file_bytes"], out["concurrency"], out["direct"]) == (MIB, 4, True)
+    for op in ("write", "read"):
+        assert out[op]["files"] == 8 and out[op]["bytes"] == 8 * MIB, out[op]
+        assert out[op]["seconds"] > 0 and out[op]["gbps"] > 0
+        lat = out[op]["lat_ms"]
+        assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+    assert out["verified"] is True and out["compat_mode"] is None
+    run_dir = Path(out["run_dir"])
+    assert run_dir.parent == base and run_dir.name.startswith(".kvprov-bench-")
+    assert out["cleaned"] is True and not run_dir.exists()
+    assert os.listdir(base) == ["someone-elses-file"]
+    assert (base / "someone-elses-file").read_bytes() == b"keep me"
+
+
+def test_missing_storage_dir_fails_clearly(nixl_python, base):
+    res, out = run_worker(nixl_python, "--dir", str(base / "absent"), "--file-bytes", str(MIB), "--files", "2")
+    assert res.returncode == 1
+    assert out["ok"] is False and out["error"] == f"storage directory {base / 'absent'} does not exist"
+    assert out["write"] is None and out["cleaned"] is True
+    assert os.listdir(base) == ["someone-elses-file"]
+
+
+def test_missing_plugin_is_named(nixl_python, base):
+    """No CUDA here: GDS_MT cannot load, and the error says so on one line."""
+    if Path("/proc/driver/nvidia").exists():
+        pytest.skip("this machine has an NVIDIA driver: GDS_MT may load")
+    res, out = run_worker(nixl_python, "--dir", str(base), "--backend", "GDS_MT", "--file-bytes", str(MIB))
+    assert res.returncode == 1
+    assert out["error"].startswith("NIXL cannot create the GDS_MT backend with {}: ")
+    assert "libcufile.so.0" in out["error"] and "\n" not in out["error"]
+    assert out["compat_mode"] is True and out["cleaned"] is True
+    assert os.listdir(base) == ["someone-elses-file"]
+
+
+def test_sigterm_mid_run_still_reports_and_cleans(nixl_python, base):
+    proc = subprocess.Popen([nixl_python, str(WORKER), "--dir", str(base), "--file-bytes", str(MIB),
+                             "--files", "100000", "--seconds", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while not any(p.name != "someone-elses-file" and any(p.iterdir()) for p in base.iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the worker wrote no file"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=60)
+    out = json.loads(stdout)
+    assert proc.returncode == 1
+    assert out["ok"] is False and out["error"] == "stopped by SIGTERM" and out["cleaned"] is True
+    assert os.listdir(base) == ["someone-elses-file"]
