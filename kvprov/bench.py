@@ -36,8 +36,11 @@ def _figures(p: dict) -> str:
             f"latency ms p50 {lat.get('p50')} p90 {lat.get('p90')} p99 {lat.get('p99')} max {lat.get('max')})")
 
 
-def _threshold(host: str, op: str, p: dict, minimum: float, setup: str) -> Result:
+def _threshold(host: str, op: str, p: dict | None, minimum: float, setup: str) -> Result:
     name = f"kvprov_bench_min_{op}_gbps"
+    if not p or p.get("gbps") is None:
+        return Result(f"bench.{op}", "bench", FAIL, f"{op}s of whole files", f"no file {op} completed; {setup}",
+                      "the tier is hung or extremely slow: see `kvprov validate`'s mount checks", host)
     if not minimum:
         return Result(f"bench.{op}", "bench", PASS, f"a figure ({name} is 0: no threshold)",
                       f"{_figures(p)}; {setup}", "", host)
@@ -58,8 +61,8 @@ def judge(host: str, report_: dict) -> list[Result]:
                        "read the error; `kvprov validate` checks the NIXL venv, plugin and mount", host)]
     setup = (f"{r['backend']} from {r['mem']}, {r['file_bytes'] / MiB:g} MiB files, concurrency {r['concurrency']}"
              + (", O_DIRECT" if r.get("direct") else ""))
-    out = [_threshold(host, "write", r["write"], float(report_.get("min_write_gbps") or 0), setup),
-           _threshold(host, "read", r["read"], float(report_.get("min_read_gbps") or 0), setup)]
+    out = [_threshold(host, "write", r.get("write"), float(report_.get("min_write_gbps") or 0), setup),
+           _threshold(host, "read", r.get("read"), float(report_.get("min_read_gbps") or 0), setup)]
     if r.get("verified") is False:
         out.append(Result("bench.verify", "bench", FAIL, "the data read back equals the data written",
                           "read-back differs", "a data integrity problem on the tier: stop and investigate", host))

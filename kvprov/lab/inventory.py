@@ -22,6 +22,11 @@ COMMON_VARS = {
     "kvprov_nixl_wheelhouse": WHEELHOUSE,
     "kvprov_nixl_plugins": {"posix": {"active": True, "use_aio": False}},  # no GPU: POSIX from DRAM
     "kvprov_sglang_install": False,  # config and unit only: no GPU, no multi-GB CUDA closure
+    # The acceptance test: a small volume (TCG VMs write NFS at tens of MB/s), thresholds far
+    # below what the lab does, so a broken tier (not a slow emulator) fails it.
+    "kvprov_bench_files": 16,
+    "kvprov_bench_min_write_gbps": 0.005,
+    "kvprov_bench_min_read_gbps": 0.005,
 }
 GPU_VM_VARS = {
     "kvprov_storage_profile": "netapp_pnfs_rdma",

@@ -39,6 +39,7 @@ IO_PROBE = "io_probe.json"
 GDSCHECK = "gdscheck.txt"
 GPU = "gpu.json"
 CUFILE = "cufile.json"
+UDEV = "udev.json"
 NIXL_PROBE = "nixl_probe.json"
 STORAGE_DIRS = "storage_dirs.json"
 HEALTH = "health.json"
@@ -58,6 +59,7 @@ NAMES: dict[str, str] = {
     GDSCHECK: "gdscheck -p (GPU hosts only)",
     GPU: "whether an NVIDIA GPU and driver are present",
     CUFILE: "the live cufile.json (the file at the desired cufile path)",
+    UDEV: "the KV tier's filesystem (mountinfo) and whether udev has a record of its block device (GPU hosts)",
     NIXL_PROBE: "import nixl and create the configured backend, in the NIXL venv",
     STORAGE_DIRS: "the mount point and each instance's NIXL storage directory: stat, owner, filesystem",
     HEALTH: "each engine instance's HTTP /health, or that it is not running",

@@ -744,6 +744,30 @@ def _mount_table_entry(c: Context) -> tuple[Any, str]:
     return entry, ""
 
 
+@check("gds.udev")
+def gds_udev(c: Context) -> Result:
+    skip = _gds_skip(c)
+    if skip:
+        return skip
+    data = c.b.json_object(bf.UDEV)
+    fstype, dev, record = data.get("fstype"), data.get("dev"), data.get("record")
+    if fstype in ("nfs", "nfs4"):
+        return res(SKIP, "", "NFS: cuFile finds it through cufile.json's mount table, not udev")
+    expected = "udev's record of the block device under the KV tier (cuFile reads its volume attributes)"
+    if not isinstance(dev, str) or not dev.split(":")[0].isdigit() or dev.split(":")[0] == "0":
+        return res(FAIL, expected, f"{c.d.mount_point} is on {show(fstype)} (device {show(dev)}), no block device: "
+                                   "cuFile cannot register files there", "put the KV tier on NFS or a block device")
+    if data.get("exists") is not True:
+        where = "no /run/udev/data at all (no udevd, or a container without /run/udev)" \
+            if data.get("udev_dir") is False else f"{show(record)} is missing"
+        return res(FAIL, expected, f"{where}: cuFile cannot read the volume attributes of {show(fstype)} "
+                                   f"{show(data.get('device'))} and registers no file (NIXL GDS/GDS_MT fail with "
+                                   "NIXL_ERR_BACKEND, cuFile error 5027), even in compat mode",
+                   "run systemd-udevd on the host (`udevadm trigger`), or bind-mount the host's /run/udev "
+                   "read-only into the container")
+    return res(PASS, expected, f"{show(record)} for {show(fstype)} {show(data.get('device'))}")
+
+
 @check("gds.cufile_mount_table")
 def gds_cufile_mount_table(c: Context) -> Result:
     skip = _gds_nfs_skip(c)

@@ -116,7 +116,7 @@ def read(path: str, limit: int = MAX_FILE) -> str:
 
 def mount_of(path: str, mountinfo: str) -> dict:
     """The mount (longest mount point prefix) holding `path`, from mountinfo text alone."""
-    best = {"mount": None, "fstype": None, "device": None}
+    best = {"mount": None, "fstype": None, "device": None, "dev": None}
     for line in mountinfo.splitlines():
         f = line.split()
         if "-" not in f:
@@ -126,7 +126,7 @@ def mount_of(path: str, mountinfo: str) -> dict:
             continue
         mp = f[4].replace("\\040", " ")
         if (path == mp or path.startswith(mp.rstrip("/") + "/")) and len(mp) >= len(best["mount"] or ""):
-            best = {"mount": mp, "fstype": f[sep + 1], "device": f[sep + 2]}
+            best = {"mount": mp, "fstype": f[sep + 1], "device": f[sep + 2], "dev": f[2]}
     return best
 
 
@@ -220,12 +220,19 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
                 out["gdscheck.txt"] = so
             else:
                 errors["gdscheck.txt"] = se.strip() or f"gdscheck exited {rc}"
+        # cuFile reads a local filesystem's volume attributes from udev's record of its
+        # block device; without it (no udevd, or a container without /run/udev) GDS
+        # registers no file, even in compat mode.
+        where = mount_of(mp, mountinfo)
+        record = f"/run/udev/data/b{where['dev']}" if where["dev"] else None
+        out["udev.json"] = json.dumps({**where, "record": record, "exists": bool(record) and os.path.exists(record),
+                                       "udev_dir": os.path.isdir("/run/udev/data")}, indent=2)
         try:
             out["cufile.json"] = read(gds["cufile_path"])
         except OSError as e:
             errors["cufile.json"] = str(e)
     else:
-        skipped["gdscheck.txt"] = skipped["cufile.json"] = "no NVIDIA GPU"
+        skipped["gdscheck.txt"] = skipped["cufile.json"] = skipped["udev.json"] = "no NVIDIA GPU"
 
     files = sorted(desired["files"])
     for path in files:

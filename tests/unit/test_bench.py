@@ -47,6 +47,13 @@ def test_worker_failure_bad_data_and_compat_mode():
     assert rs["bench.verify"].status == "fail" and rs["bench.gds_mode"].status == "warn"
 
 
+def test_a_pass_that_moved_no_file_fails():
+    result = host_result()
+    result["read"] = {**result["read"], "files": 0, "bytes": 0, "gbps": None}
+    rs = {r.id: r for r in bench.judge("h1", report(result))}
+    assert rs["bench.read"].status == "fail" and rs["bench.read"].found.startswith("no file read completed")
+
+
 def test_aggregate_over_hosts_started_together():
     a, b = host_result(1.0, 2.0, start=1000.0), host_result(1.0, 2.0, start=1000.05)
     rs = {r.id: r for r in bench.aggregate({"a": report(a), "b": report(b)})}

@@ -82,7 +82,7 @@ def test_good_lab_host_proves_rdma_and_the_block_layout():
 
 def test_good_gpu_host_proves_gds_and_both_instances():
     rs = results("gpu_a01")
-    assert statuses(rs) == {**{k: PASS for k in rs}, "mount.local_dir": SKIP}
+    assert statuses(rs) == {**{k: PASS for k in rs}, "mount.local_dir": SKIP, "gds.udev": SKIP}
     assert rs["mount.transport"].found.startswith("xprt: rdma, rdma")  # trunked: one line per transport
     assert rs["mount.pnfs_layout"].found == "pnfs=LAYOUT_NFSV4_1_FILES"
     assert rs["gds.cufile_rdma_addrs"].found == "192.168.10.101, 192.168.11.101"
@@ -314,6 +314,25 @@ GDS_COMPAT = [("properties.use_compat_mode : false", "properties.use_compat_mode
               ("NFS                : Supported", "NFS                : nvfs, compat")]
 
 
+def test_gds_needs_the_udev_record_of_a_local_block_device():
+    """cuFile registers no file on a local filesystem whose block device udev has no record of
+    (the GDS failure of containers without /run/udev); NFS goes through the mount table."""
+    def local(exists, udev_dir=True):
+        return edit_json(files_of("gpu_a01"), bf.UDEV, lambda d: d.update(
+            fstype="xfs", device="/dev/nvme1n1", dev="259:1", record="/run/udev/data/b259:1", exists=exists,
+            udev_dir=udev_dir))
+    assert results("gpu_a01")["gds.udev"].status == SKIP  # NFS over RDMA
+    r = run(local(False, udev_dir=False))["gds.udev"]
+    assert r.status == FAIL and r.found.startswith("no /run/udev/data at all")
+    assert "cuFile error 5027" in r.found and "/run/udev" in r.fix
+    r = run(local(False))["gds.udev"]
+    assert r.status == FAIL and r.found.startswith("/run/udev/data/b259:1 is missing")
+    assert run(local(True))["gds.udev"].status == PASS
+    r = run(edit_json(files_of("gpu_a01"), bf.UDEV, lambda d: d.update(fstype="tmpfs", dev="0:24")))["gds.udev"]
+    assert r.status == FAIL and "no block device" in r.found
+    assert results("lab_gpu1")["gds.udev"].found == "no NVIDIA GPU"
+
+
 @pytest.mark.parametrize("old, new", GDS_COMPAT)
 def test_gds_compat_mode_fails_unless_allowed(old, new):
     files = sub(files_of("gpu_a01"), bf.GDSCHECK, old, new)
@@ -530,7 +549,7 @@ def test_evaluate_bundle_usage_errors(tmp_path):
 
 def test_summary_counts():
     s = results("lab_tcp_fallback")["summary"]
-    assert (s.status, s.found) == (FAIL, "18 pass, 4 fail, 0 warn, 10 skip")
+    assert (s.status, s.found) == (FAIL, "18 pass, 4 fail, 0 warn, 11 skip")
 
 
 def test_engine_state_without_gpu_json_when_not_installed():
