@@ -5,7 +5,7 @@ For each --concurrency T: kvprov/bench_worker.py (NIXL POSIX from DRAM) writes t
 --files files of --file-bytes, T transfers in flight, one file per I/O; then fio does the
 same I/O with the engine NIXL's POSIX plugin really uses (see the worker's docstring): one
 job, `--ioengine=libaio --iodepth=T --direct=1 --bs=B --filesize=B --nrfiles=N
---fallocate=none --create_on_open=1` (io_uring / posixaio when --params asks for
+--fallocate=truncate` (io_uring / posixaio when --params asks for
 use_uring / use_posix_aio), a write run then a read run of the same files. Prints write and
 read GB/s of both, the ratios worker/fio (target >= 0.9) and median latencies. Runs alternate
 which one goes first; medians of --repeat runs are compared. fio's read buffers are faulted in
@@ -55,15 +55,17 @@ def fio_script(directory: str, engine: str, depth: int, size: int, files: int, s
     run_dir = shlex.quote(f"{directory.rstrip('/')}/.kvprov-fio-{os.getpid()}-{int(time.time())}")
     common = (f"--output-format=json --directory=\"$d\" --filename_format='kvprov-fio.$filenum' "
               f"--ioengine={engine} --iodepth={depth} --direct=1 --bs={size} --filesize={size} "
-              f"--nrfiles={files} --size={size * files} --fallocate=none --lat_percentiles=1 "
+              f"--nrfiles={files} --size={size * files} --lat_percentiles=1 "
               f"--runtime={max(1, round(seconds))}")
     return (f"d={run_dir}\n"
             "mkdir \"$d\" || exit 1\n"
             "trap 'rm -f \"$d\"/kvprov-fio.*; rmdir \"$d\"' EXIT\n"
             "trap 'exit 1' HUP INT TERM\n"
             # Two runs, not two jobs of one: fio would lay out the read job's files before the
-            # write job runs, and the writes would then overwrite allocated blocks.
-            f"fio {common} --name=write --rw=write --create_on_open=1 || exit 1\n"
+            # write job runs, and the writes would then overwrite allocated blocks. The write
+            # run makes empty files (ftruncate) before its clock, as the worker opens its files
+            # before its clock; the timed writes allocate the blocks, in both.
+            f"fio {common} --name=write --rw=write --fallocate=truncate || exit 1\n"
             f"echo {SPLIT}\n"
             f"fio {common} --name=read --rw=read\n")
 

@@ -19,9 +19,13 @@ per-run, per-file, per-block stamp; the rest is random), so storage that dedupli
 compresses (ONTAP does both inline) cannot flatter the figures. With verification on (the
 default) each file read back is compared with what was written, in helper threads (numpy
 and cudaMemcpy release the GIL), the read buffer slot being reused only once checked.
-Pass times run from the first submission to the last completion; a file's open, its NIXL
-registration and the transfer's preparation count in the pass time, not in the per-I/O
-latency (transfer submit -> DONE). --no-direct measures the page cache on writes: the
+Pass times run from the first submission to the last completion: the data transfer. A
+pass's files are created/opened and registered with NIXL before its clock starts and closed
+after it stops; those NFS metadata round trips are reported apart (open_ms, close_ms per
+file), not hidden in GB/s. fio's clock includes some per-file open/close work, so where
+metadata is slow (the TCG lab's NFS: ~50 ms a file) the worker's GB/s is above fio's; with
+the closes on its clock the worker's NFS writes measured 0.72 of fio (pNFS LAYOUTCOMMIT at
+close). On local disks the two accountings agree. The per-I/O latency is submit -> DONE. --no-direct measures the page cache on writes: the
 fsync and posix_fadvise(DONTNEED) that make the read pass cold run untimed after it.
 
 Host buffers are anonymous mmap'd memory populated when allocated, as an engine's pinned host
@@ -42,8 +46,8 @@ running it (NIXL_LOG_LEVEL=INFO prints "POSIX backend initialized using io queue
   one handle reaps completions for all. A transfer's descriptors are submitted from the
   caller's thread in transfer(); there is no plugin-side thread.
 - Hence the matching fio job is `--ioengine=libaio --iodepth=T --direct=1 --numjobs=1`, with
-  --bs = --filesize = the file size (one I/O per file) and --fallocate=none
-  --create_on_open=1 (new files extended by the write itself, as here), and the read pass a
+  --bs = --filesize = the file size (one I/O per file) and --fallocate=truncate (new, empty
+  files made before the clock and filled by the timed write itself, as here), and the read pass a
   separate fio run (a read job in the same run makes fio lay the files out beforehand, so
   its writes would overwrite allocated blocks); benchmarks/bench_vs_fio.py runs exactly that.
 - io_submit of a large O_DIRECT I/O can block its caller for a good part of the I/O (pinning
@@ -100,6 +104,10 @@ def percentiles(values) -> dict:
     return {f"p{p}": ordered[max(1, -(-p * n // 100)) - 1] for p in (50, 90, 99)} | {"max": ordered[-1]}
 
 
+def rounded(pcts: dict) -> dict:
+    return {k: None if v is None else round(v, 3) for k, v in pcts.items()}
+
+
 def nixl_params(text: str) -> dict:
     """--params JSON -> NIXL's string parameters (true/false for booleans, digits for ints)."""
     try:
@@ -147,6 +155,14 @@ def check_args(args: argparse.Namespace) -> None:
             raise Failure(f"--{name} must be positive")
     if args.mem == "VRAM" and args.backend == "POSIX":
         raise Failure("the POSIX backend moves host memory only: use --mem DRAM, or GDS_MT/GDS for VRAM")
+    import resource  # a pass opens all its files before its clock: make room for them
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = max(args.files, args.concurrency) + 256
+    if soft != resource.RLIM_INFINITY and soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            raise Failure(f"--files {args.files} needs {need} open files, the limit is {hard}: use fewer files")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 # --- CUDA runtime through ctypes (no torch) ---------------------------------------------
@@ -344,46 +360,70 @@ class Bench:
     def open(self, op: str, index: int, name: str) -> int:
         path = os.path.join(self.run_dir, name)
         flags = (os.O_RDWR | os.O_CREAT | os.O_EXCL) if op == "WRITE" else os.O_RDONLY
+        if op == "WRITE":
+            self.created.append(path)  # before the open: a signal in between must not orphan the file
         try:
-            fd = os.open(path, flags | (os.O_DIRECT if self.args.direct else 0), 0o600)
+            return os.open(path, flags | (os.O_DIRECT if self.args.direct else 0), 0o600)
         except OSError as exc:
             hint = " (does the file system support O_DIRECT? --no-direct turns it off)" if self.args.direct else ""
             raise Failure(f"cannot open {path}: {exc.strerror}{hint}") from None
-        if op == "WRITE":
-            self.created.append(path)
-        return fd
 
-    def submit(self, op: str, index: int, name: str, slot: int) -> dict:
+    def prepare(self, op: str, index: int, name: str) -> dict:
+        """Open (WRITE: create) file `index` and register it with NIXL (before the pass's clock)."""
+        t0 = time.monotonic()
         fd = self.open(op, index, name)
         backend = self.args.backend
-        io = {"index": index, "slot": slot, "fd": fd, "path": os.path.join(self.run_dir, name)}
+        io = {"index": index, "fd": fd, "path": os.path.join(self.run_dir, name)}
         try:
             io["file"] = self.agent.register_memory([(0, self.size, fd, "")], "FILE")
         except self.nixl_errors as exc:
+            os.close(fd)
             msg = f"{backend} could not register {io['path']} (NIXL: {exc})"
             if backend.startswith("GDS"):
                 msg += udev_hint(self.run_dir) or "; cuFile's log (cufile.log) says why"
             raise Failure(msg) from None
+        io["open_ms"] = (time.monotonic() - t0) * 1e3
+        return io
+
+    def submit(self, op: str, io: dict, slot: int) -> dict:
+        io["slot"] = slot
         if op == "WRITE":
-            self.slot_of[index] = slot
-            self.stamp(slot, index)
+            self.slot_of[io["index"]] = slot
+            self.stamp(slot, io["index"])
         try:
             io["handle"] = self.agent.initialize_xfer(op, self.local[op, slot], io["file"].trim(), self.agent.name)
             io["t0"] = time.monotonic()
             io["state"] = self.agent.transfer(io["handle"])
         except self.nixl_errors as exc:
-            raise Failure(f"NIXL {backend} could not start the {op} of {io['path']}: {exc}") from None
+            raise Failure(f"NIXL {self.args.backend} could not start the {op} of {io['path']}: {exc}") from None
         return io
 
-    def finish(self, io: dict) -> None:
-        self.agent.release_xfer_handle(io["handle"])
+    def close(self, io: dict) -> None:
+        """Deregister and close a prepared file; its latency goes to io["close_ms"]."""
+        t0 = time.monotonic()
         self.agent.deregister_memory(io["file"])
         os.close(io["fd"])
+        io["close_ms"] = (time.monotonic() - t0) * 1e3
 
     def run_pass(self, op: str, names: list[str], checker=None) -> tuple[dict, list[str]]:
         """Keep --concurrency transfers of whole files in flight until all `names` are done or
         --seconds have passed (every file started is waited for: the files done are always the
-        first ones); return the pass's figures and the files that read back wrong."""
+        first ones); return the pass's figures and the files that read back wrong. The files are
+        opened and registered before the clock starts and closed after it stops: the pass times
+        data transfer; open_ms / close_ms report the metadata latencies apart."""
+        prepared = []
+        try:
+            for i, name in enumerate(names):
+                prepared.append(self.prepare(op, i, name))
+            stats, mismatched = self.transfer_all(op, prepared, checker)
+        finally:
+            for io in prepared:
+                self.close(io)
+        stats["open_ms"] = rounded(percentiles([io["open_ms"] for io in prepared]))
+        stats["close_ms"] = rounded(percentiles([io["close_ms"] for io in prepared if "close_ms" in io]))
+        return stats, mismatched
+
+    def transfer_all(self, op: str, prepared: list[dict], checker=None) -> tuple[dict, list[str]]:
         window = self.args.concurrency
         free = list(range(window if op == "WRITE" else 2 * window))
         inflight, checking, lat, mismatched = [], {}, [], []
@@ -393,10 +433,10 @@ class Bench:
         while True:
             # One submission per sweep: a submission can block (see above), and the I/Os already
             # in flight must not be charged for the time it takes.
-            progressed = (started < len(names) and len(inflight) < window and bool(free)
+            progressed = (started < len(prepared) and len(inflight) < window and bool(free)
                           and time.monotonic() < deadline)
             if progressed:
-                inflight.append(self.submit(op, started, names[started], free.pop()))
+                inflight.append(self.submit(op, prepared[started], free.pop()))
                 started += 1
             for io in list(inflight):
                 state = io["state"] if io["state"] != "PROC" else self.agent.check_xfer_state(io["handle"])
@@ -407,7 +447,7 @@ class Bench:
                                   f"(the backend's log on stderr says why)")
                 t_end = time.monotonic()
                 lat.append((t_end - io["t0"]) * 1e3)
-                self.finish(io)
+                self.agent.release_xfer_handle(io["handle"])
                 inflight.remove(io)
                 progressed = True
                 if checker:
@@ -420,7 +460,7 @@ class Bench:
                     mismatched.append(io["path"])
                 free.append(io["slot"])
                 progressed = True
-            if not inflight and not checking and (started == len(names) or time.monotonic() >= deadline):
+            if not inflight and not checking and (started == len(prepared) or time.monotonic() >= deadline):
                 break
             if inflight and time.monotonic() > deadline + HANG_GRACE_S:
                 raise Failure(f"{len(inflight)} {op}s of {self.args.backend} still in flight {HANG_GRACE_S} s after "
@@ -431,7 +471,7 @@ class Bench:
         nbytes = len(lat) * self.size
         stats = {"files": len(lat), "bytes": nbytes, "seconds": round(seconds, 6),
                  "gbps": round(nbytes / seconds / 1e9, 4) if seconds > 0 else None,
-                 "lat_ms": {k: None if v is None else round(v, 3) for k, v in percentiles(lat).items()}}
+                 "lat_ms": rounded(percentiles(lat))}
         return stats, mismatched
 
     def settle(self, names: list[str]) -> None:

@@ -32,7 +32,7 @@ def validate(lab, tmp_path, *args):
 
 @pytest.fixture(scope="module")
 def clean(lab, tmp_path_factory):
-    """The deployed lab validates clean (test_2_deploy left it deployed)."""
+    """The deployed lab validates clean, acceptance test included (test_2_deploy left it deployed)."""
     r, results = validate(lab, tmp_path_factory.mktemp("clean"))
     return r, results
 
@@ -49,10 +49,42 @@ def test_deployed_lab_passes_every_applicable_check(clean):
     assert gds["status"] == "skip" and "no NVIDIA GPU" in gds["found"] + gds.get("fix", "") + gds.get("expected", "")
 
 
+def test_acceptance_test_runs_through_nixl_on_the_tier(clean):
+    """The lab's KV-page files (Qwen3-8B defaults: 18 MiB) through NIXL POSIX from DRAM, judged
+    against the lab inventory's thresholds; figures and latency percentiles reported."""
+    _, results = clean
+    for host in ("kvlab-gpu1", "kvlab-c1"):
+        for op in ("write", "read"):
+            r = results[(host, f"bench.{op}")]
+            assert r["status"] == "pass" and r["expected"] == f">= 0.005 GB/s (kvprov_bench_min_{op}_gbps)", r
+            assert "(16 files, 288 MiB in" in r["found"] and "latency ms p50" in r["found"]
+            assert "POSIX from DRAM, 18 MiB files, concurrency 8, O_DIRECT" in r["found"]
+    # it left nothing behind in the host's directory on the mount
+    assert sh(GPU1, "ls -A /mnt/kvcache/kvlab-gpu1").split() == ["main"]
+
+
+def test_bench_threshold_missed_together_with_aggregate(lab, tmp_path):
+    from tests.lab.test_2_deploy import with_var
+
+    inv = with_var(lab["inventory"], tmp_path, kvprov_bench_min_read_gbps=1000)
+    out = tmp_path / "bench.json"
+    r = kvprov("bench", str(inv), "--limit", "kvlab-gpu1,kvlab-c1", "--together", "--bench-files", "8",
+               "--json", str(out), timeout=900)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    data = json.loads(out.read_text())["hosts"]
+    by_id = {(h, x["id"]): x for h, v in data.items() for x in v["results"]}
+    read = by_id[("kvlab-gpu1", "bench.read")]
+    assert read["status"] == "fail" and read["expected"] == ">= 1000 GB/s (kvprov_bench_min_read_gbps)"
+    assert "(8 files, 144 MiB in" in read["found"]
+    assert by_id[("kvlab-c1", "bench.read")]["status"] == "pass"  # the threshold was set for the VMs only
+    agg = by_id[("(all hosts)", "bench.aggregate.write")]
+    assert agg["expected"] == "2 hosts started together" and "start skew" in agg["found"]
+
+
 def test_tcp_remount_is_caught(lab, tmp_path):
     sh(GPU1, "systemctl stop mnt-kvcache.mount && mount -t nfs4 -o vers=4.1,proto=tcp,port=2049 10.99.1.1:/kv /mnt/kvcache")
     try:
-        r, results = validate(lab, tmp_path)
+        r, results = validate(lab, tmp_path, "--no-bench")
     finally:
         sh(GPU1, "umount /mnt/kvcache; systemctl start mnt-kvcache.mount")
     assert r.returncode == 1
@@ -63,7 +95,7 @@ def test_tcp_remount_is_caught(lab, tmp_path):
 def test_inactive_plugin_in_the_toml_is_caught(lab, tmp_path):
     sh(GPU1, f"cp {TOML} /root/toml.bak && sed -i '/^active = /d' {TOML}")
     try:
-        r, results = validate(lab, tmp_path)
+        r, results = validate(lab, tmp_path, "--no-bench")
     finally:
         sh(GPU1, f"mv /root/toml.bak {TOML}")
     assert r.returncode == 1
@@ -74,7 +106,7 @@ def test_storage_dir_on_tmp_is_caught(lab, tmp_path):
     sh(GPU1, f"cp {UNIT} /root/unit.bak && sed -i 's|STORAGE_DIR=/mnt/kvcache/kvlab-gpu1/main|STORAGE_DIR=/tmp/hicache|' "
              f"{UNIT} && systemctl daemon-reload")
     try:
-        r, results = validate(lab, tmp_path)
+        r, results = validate(lab, tmp_path, "--no-bench")
     finally:
         sh(GPU1, f"mv /root/unit.bak {UNIT} && systemctl daemon-reload")
     assert r.returncode == 1
@@ -85,7 +117,7 @@ def test_storage_dir_on_tmp_is_caught(lab, tmp_path):
 def test_stopped_knfsd_is_caught_within_the_timeout(lab, tmp_path):
     sh(STORAGE, "systemctl stop nfs-server")
     try:
-        r, results = validate(lab, tmp_path, "--timeout", "10")
+        r, results = validate(lab, tmp_path, "--timeout", "10", "--no-bench")
     finally:
         sh(STORAGE, "systemctl start nfs-server")
     assert r.returncode == 1

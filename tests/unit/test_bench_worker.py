@@ -138,7 +138,7 @@ def test_missing_plugin_is_named(nixl_python, base):
 
 def test_sigterm_mid_run_still_reports_and_cleans(nixl_python, base):
     proc = subprocess.Popen([nixl_python, str(WORKER), "--dir", str(base), "--file-bytes", str(MIB),
-                             "--files", "100000", "--seconds", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             "--files", "1000", "--seconds", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 60
     while not any(p.name != "someone-elses-file" and any(p.iterdir()) for p in base.iterdir()):
