@@ -32,8 +32,10 @@ LEAD_SECONDS = 20  # --together: time for every host to start its worker before 
 
 def _figures(p: dict) -> str:
     lat = p.get("lat_ms") or {}
+    meta = "".join(f", {k[:-3]} p50 {(p.get(k) or {}).get('p50')}" for k in ("open_ms", "close_ms") if p.get(k))
     return (f"{p['gbps']:.3f} GB/s ({p['files']} files, {p['bytes'] / MiB:.0f} MiB in {p['seconds']:.2f} s; "
-            f"latency ms p50 {lat.get('p50')} p90 {lat.get('p90')} p99 {lat.get('p99')} max {lat.get('max')})")
+            f"latency ms p50 {lat.get('p50')} p90 {lat.get('p90')} p99 {lat.get('p99')} max {lat.get('max')}"
+            f"{meta})")
 
 
 def _threshold(host: str, op: str, p: dict | None, minimum: float, setup: str) -> Result:

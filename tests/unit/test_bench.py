@@ -11,7 +11,9 @@ def host_result(gbps_w=1.5, gbps_r=2.0, start=1000.0, ok=True, **extra):
     def phase(gbps):
         nbytes = 16 * 18 * MiB
         return {"files": 16, "bytes": nbytes, "seconds": nbytes / gbps / 1e9, "gbps": gbps,
-                "lat_ms": {"p50": 90.1, "p90": 120.0, "p99": 150.2, "max": 151.0}}
+                "lat_ms": {"p50": 90.1, "p90": 120.0, "p99": 150.2, "max": 151.0},
+                "open_ms": {"p50": 0.2, "p90": 0.3, "p99": 0.4, "max": 0.4},
+                "close_ms": {"p50": 0.1, "p90": 0.1, "p99": 0.2, "max": 0.2}}
     return {"ok": ok, "error": None if ok else "NIXL POSIX: cannot load the plugin", "backend": "POSIX",
             "mem": "DRAM", "file_bytes": 18 * MiB, "concurrency": 8, "direct": True, "start": start,
             "write": phase(gbps_w), "read": phase(gbps_r), "verified": True, "compat_mode": None, **extra}
@@ -27,7 +29,8 @@ def test_figures_without_thresholds_pass_and_say_so():
     assert set(rs) == {"bench.write", "bench.read"} and all(r.status == "pass" for r in rs.values())
     w = rs["bench.write"]
     assert w.expected == "a figure (kvprov_bench_min_write_gbps is 0: no threshold)"
-    assert w.found.startswith("1.500 GB/s (16 files, 288 MiB in 0.20 s; latency ms p50 90.1 p90 120.0 p99 150.2")
+    assert w.found.startswith("1.500 GB/s (16 files, 288 MiB in 0.20 s; latency ms p50 90.1 p90 120.0 p99 150.2 "
+                              "max 151.0, open p50 0.2, close p50 0.1)")
     assert "POSIX from DRAM, 18 MiB files, concurrency 8, O_DIRECT" in w.found
 
 
