@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import os
 import posixpath
 import sys
 import time
-from pathlib import Path
 
 from kvprov import check, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
@@ -32,6 +30,7 @@ from kvprov.validate import bundle as bf
 from kvprov.validate import evaluate as ev
 from kvprov.validate import parsers, report
 from kvprov.validate.bundle import Bundle, Desired, FileProblem
+from kvprov.validate.cli import write_file, write_reports
 from kvprov.validate.collect import CAPTURE_TASK
 from kvprov.validate.evaluate import FAIL, PASS, SKIP, WARN, Context, Result, res, show
 
@@ -206,8 +205,8 @@ def gather(inventory: str, limit: str | None, timeout: int) -> list[Result]:
                         capture=CAPTURE_TASK,
                         extravars={"kvprov_collect_timeout": timeout, "kvprov_collect_probes": False})
     results: list[Result] = []
-    for host, res in sorted(result.captured.items()):
-        b = Bundle(files=res.get("files") or {})
+    for host, captured in sorted(result.captured.items()):
+        b = Bundle(files=captured.get("files") or {})
         try:
             results += audit(b, bf.load_desired(b))
         except bf.DesiredError as e:
@@ -220,18 +219,9 @@ def gather(inventory: str, limit: str | None, timeout: int) -> list[Result]:
     return results
 
 
-def _write(path: str, text: str) -> None:
-    try:
-        tmp = Path(f"{path}.tmp.{os.getpid()}")
-        tmp.write_text(text)
-        tmp.replace(path)  # atomic for node_exporter's textfile collector
-    except OSError as e:
-        raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("audit", help="config drift: desired (inventory + roles) vs live, per host",
-                       description=__doc__.split("\n\n", 1)[1], 
+                       description=__doc__.split("\n\n", 1)[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inventory")
     p.add_argument("--limit", help="Ansible host pattern")
@@ -247,13 +237,9 @@ def add_parser(sub) -> None:
 
 
 def _outputs(args, results: list[Result]) -> None:
-    if args.json:
-        text = report.format_json(results)
-        sys.stdout.write(text) if args.json == "-" else _write(args.json, text)
-    if args.junit:
-        _write(args.junit, report.to_junit(results, "kvprov audit"))
+    write_reports(args, results, "kvprov audit", everything=args.verbose)
     if args.prom:
-        _write(args.prom, to_prom(results, time.time()))
+        write_file(args.prom, to_prom(results, time.time()))
 
 
 def _exit_code(results: list[Result]) -> int:
@@ -268,24 +254,21 @@ def cmd_audit(args) -> int:
     check.require_valid(args.inventory)
     t0 = time.monotonic()
     results = gather(args.inventory, args.limit, args.timeout)
-    table = args.json != "-"
-    if table:
-        print(report.format_table(results, everything=args.verbose))
-        print(f"audit: {len({r.host for r in results})} host(s) in {time.monotonic() - t0:.1f}s; "
-              f"drift on: {', '.join(drifted(results)) or 'none'}")
+    summary = (f"audit: {len({r.host for r in results})} host(s) in {time.monotonic() - t0:.1f}s; "
+               f"drift on: {', '.join(drifted(results)) or 'none'}")
     if not (args.fix and drifted(results)):
         _outputs(args, results)
+        print(summary, file=sys.stderr if args.json == "-" else sys.stdout)
         return _exit_code(results)
 
     hosts = drifted(results)
-    print(f"\naudit --fix: deploying {', '.join(hosts)}", file=sys.stderr)
+    print(report.format_table(results, everything=args.verbose), file=sys.stderr)
+    print(f"{summary}\naudit --fix: deploying {', '.join(hosts)}", file=sys.stderr)
     extravars = {"kvprov_storage_allow_remount": True} if args.allow_remount else {}
     deployed = runner.run("site.yml", args.inventory, name="audit-fix", extravars=extravars, limit=",".join(hosts))
     runner.print_summary(deployed, sys.stderr)
     again = gather(args.inventory, ",".join(hosts), args.timeout)
     after = [r for r in results if r.host not in hosts] + again
-    if table:
-        print(report.format_table(again, everything=args.verbose))
-        print(format_before_after(results, again, hosts))
     _outputs(args, after)
+    print(format_before_after(results, again, hosts), file=sys.stderr if args.json == "-" else sys.stdout)
     return _exit_code(after)

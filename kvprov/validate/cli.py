@@ -8,6 +8,7 @@ captured bundles. Exit 0: no check failed (warnings and skips allowed); 1: a che
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -40,25 +41,30 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_validate)
 
 
-def _write(path: str, text: str) -> None:
+def write_file(path: str, text: str) -> None:
+    """Write a report file atomically (readers such as node_exporter never see half of it)."""
+    tmp = Path(f"{path}.tmp.{os.getpid()}")
     try:
-        Path(path).write_text(text)
+        tmp.write_text(text)
+        tmp.replace(path)
     except OSError as e:
+        tmp.unlink(missing_ok=True)
         raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
 
 
-def write_reports(args, results: list, name: str = "kvprov validate") -> None:
-    """--json F (or '-': JSON on stdout instead of the table), --junit F, and the table."""
+def write_reports(args, results: list, name: str = "kvprov validate", everything: bool = True) -> None:
+    """--json F (or '-': JSON on stdout instead of the table), --junit F, and the table
+    (everything=False: only failures and warnings)."""
     if args.json:
         text = report.format_json(results)
         if args.json == "-":
             sys.stdout.write(text)
         else:
-            _write(args.json, text)
+            write_file(args.json, text)
     if args.junit:
-        _write(args.junit, report.to_junit(results, name))
+        write_file(args.junit, report.to_junit(results, name))
     if args.json != "-":
-        print(report.format_table(results))
+        print(report.format_table(results, everything))
 
 
 def cmd_validate(args) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kvprov.lab import topology
 from kvprov.lab.ssh import ssh_args
 from tests.conftest import kvprov
 from tests.lab.test_3_validate import GPU1, TOML, UNIT, sh
@@ -35,7 +36,7 @@ def drift(results):
     return {k for k, v in results.items() if v["status"] == "fail"}
 
 
-def testinfra(lab, tmp_path, hosts):
+def run_testinfra(lab, tmp_path, hosts):
     """The testinfra suite as a user runs it, from a directory of their own."""
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
                            "--hosts=" + ",".join(f"ansible://{h}" for h in hosts.split(",")), f"--ansible-inventory={lab['inventory']}",
@@ -51,9 +52,19 @@ def test_clean_lab_audits_clean_and_passes_testinfra(lab, tmp_path):
     assert results[("kvlab-c1", "venv:/opt/kvprov/nixl:nixl")]["found"] == "nixl 1.5.1"
     assert not [k for k, v in results.items() if v["status"] == "warn"], "no unmanaged kvprov file on a clean lab"
     assert 'kvprov_audit_drift_count{host="kvlab-gpu1"} 0' in prom.read_text()
-    t = testinfra(lab, tmp_path, HOSTS)
+    t = run_testinfra(lab, tmp_path, HOSTS)
     assert t.returncode == 0, t.stdout[-4000:]
     assert "passed" in t.stdout and "failed" not in t.stdout
+
+
+def test_testinfra_over_paramiko_maps_the_host_to_the_inventory(lab, tmp_path):
+    """Any testinfra URL: paramiko to the VM's ssh port, matched to kvlab-gpu1 by ansible_host:port."""
+    t = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                        f"--hosts=paramiko://root@{GPU1[0]}:{GPU1[1]}", f"--ssh-identity-file={topology.ssh_key_path()}",
+                        f"--kvprov-inventory={lab['inventory']}", "--pyargs", "kvprov.checks"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert t.returncode == 0, t.stdout[-4000:]
+    assert "7 passed" in t.stdout  # the VM has an NFS mount: no test skips
 
 
 def _copy_old_nixl():
@@ -94,7 +105,7 @@ def test_sabotage_is_named_exactly_then_fixed(lab, tmp_path, name):
         assert "+use_aio = true" in results[(host, f"file:{TOML}")]["detail"]
         assert "+use_aio = true" in r.stdout, "the table shows the unified diff"
 
-    t = testinfra(lab, tmp_path, host)
+    t = run_testinfra(lab, tmp_path, host)
     assert t.returncode == 1, t.stdout[-3000:]
     for w in words:
         assert w in t.stdout, f"{w!r} not in the testinfra output:\n{t.stdout[-4000:]}"
