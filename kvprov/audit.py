@@ -37,7 +37,7 @@ from kvprov.validate.evaluate import FAIL, PASS, SKIP, WARN, Context, Result, re
 MANAGED_DIRS = "managed_dirs.json"
 VENVS = "venvs.json"
 # Configuration checks shared with validate: the live mount and its persistence.
-MOUNT_CHECKS = (ev.mount_present, ev.mount_source, ev.mount_options, ev.mount_transport, ev.mount_unit)
+MOUNT_CHECKS = ("mount.present", "mount.source", "mount.options", "mount.transport", "mount.unit")
 MAX_DIFF_LINES = 60
 
 
@@ -129,7 +129,7 @@ def audit(b: Bundle, d: Desired) -> list[Result]:
     """Every drift check on one host's capture (pure: reads only `b`)."""
     c = Context(b, d)
     checks: list[tuple[str, str, object]] = [
-        (f"mount.{fn.__name__.split('_', 1)[1]}", "mount", lambda fn=fn: fn(c)) for fn in MOUNT_CHECKS]
+        (check_id, category, lambda fn=fn: fn(c)) for check_id, category, fn in ev.CHECKS if check_id in MOUNT_CHECKS]
     managed = {f.path for f in d.files}
     checks += [(f"file:{f.path}", "file", lambda f=f: file_check(c, f.path, f.content, f.role)) for f in d.files]
     checks += [(f"extra:{dd}", "file", lambda dd=dd: extra_files(c, dd, managed))

@@ -15,7 +15,8 @@ import pytest
 from kvprov import desired, inventory
 from kvprov.validate.bundle import Desired
 
-_cache: dict[str, dict[str, dict]] = {}
+_cache: dict[str, dict[str, dict]] = {}  # inventory path -> {host: desired state}
+_hosts: dict[str, list] = {}  # inventory path -> its hosts (kvprov.inventory)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -34,7 +35,9 @@ def _inventory(config: pytest.Config) -> str:
 
 def _inventory_name(path: str, name: str, port: int | None) -> str | None:
     """The inventory host a testinfra host spec means: by name, else by ansible_host[:port]."""
-    hosts = inventory.load(path).hosts
+    if path not in _hosts:
+        _hosts[path] = inventory.load(path).hosts
+    hosts = _hosts[path]
     if any(h.name == name for h in hosts):
         return name
     for h in hosts:
