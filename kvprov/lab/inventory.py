@@ -21,7 +21,7 @@ WHEELHOUSE = "/var/lib/kvprov/wheelhouse"  # filled by scripts/install-deps
 COMMON_VARS = {
     "kvprov_nixl_wheelhouse": WHEELHOUSE,
     "kvprov_nixl_plugins": {"posix": {"active": True, "use_aio": False}},  # no GPU: POSIX from DRAM
-    "kvprov_sglang_install": False,  # config and unit only: no GPU, no multi-GB CUDA closure
+    "kvprov_engine_install": False,  # SGLang config and units only: no GPU, no multi-GB CUDA closure
     # The acceptance test: a small volume (TCG VMs write NFS at tens of MB/s), thresholds far
     # below what the lab does, so a broken tier (not a slow emulator) fails it.
     "kvprov_bench_files": 16,
