@@ -35,7 +35,19 @@ __all__ = ["Problem", "VarSpec", "check", "read_specs", "add_parser"]
 NFS_PROFILES = ("netapp_pnfs_rdma", "nfs_tcp")
 PROFILE_PROTOS = {"netapp_pnfs_rdma": ("rdma", "rdma6"), "nfs_tcp": ("tcp", "tcp6")}
 NIXL_PLUGINS = ("gds_mt", "gds", "posix", "obj")
-INSTANCE_KEYS = ("name", "port", "cuda_visible_devices", "storage_dir")
+INSTANCE_KEYS = ("name", "port", "cuda_visible_devices", "storage_dir", "lmcache_port", "metrics_port")
+LMCACHE_MP_INSTANCE_KEYS = ("lmcache_port", "metrics_port")
+ENGINES = ("sglang_hicache", "vllm_offload", "lmcache_mp", "lmcache_inproc")
+# The variables only one engine reads (the vllm role's are read by the three vLLM engines).
+ENGINE_PREFIXES = {"sglang_hicache": ("kvprov_sglang_",), "vllm_offload": ("kvprov_vllm_offload_",),
+                   "lmcache_mp": ("kvprov_lmcache_mp_",), "lmcache_inproc": ("kvprov_lmcache_inproc_",)}
+VLLM_ENGINES = ("vllm_offload", "lmcache_mp", "lmcache_inproc")
+# Names from before there was more than one engine: still honoured, with a warning.
+DEPRECATED = {f"kvprov_sglang_{k}": f"kvprov_engine_{k}"
+              for k in ("instances", "install", "user", "home", "model_path", "host", "extra_args")}
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 INSTANCE_NAME = re.compile(r"[a-z0-9_-]+")
 SIMPLE_PATH = re.compile(r"/[A-Za-z0-9_./-]+")
 TRUE_FALSE_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n"}
@@ -326,9 +338,9 @@ def nixl_backend_options(value: dict) -> list[Finding]:
     return out
 
 
-# ---- SGLang instances
+# ---- engine instances
 
-def sglang_instances(value: list) -> list[Finding]:
+def engine_instances(value: list) -> list[Finding]:
     if not value:
         return [Finding("no instances: list at least one ({name: main, port: 8000})")]
     out: list[Finding] = []
@@ -350,7 +362,7 @@ def _instance(i: int, inst: dict, names: dict[str, int], ports: dict[int, int]) 
                    + _did_you_mean(str(key), list(INSTANCE_KEYS)), (i, key))
            for key in inst if key not in INSTANCE_KEYS]
     if "name" not in inst:
-        out.append(Finding(f"{label}: no name (it names kvprov-sglang-<name>.service)", (i,)))
+        out.append(Finding(f"{label}: no name (it names the units, e.g. kvprov-vllm-<name>.service)", (i,)))
     elif not valid_name:
         out.append(Finding(f"{label}: name must be lower-case letters, digits, _ or - "
                            f"(it names the unit and the storage directory), got {describe(name)}", (i, "name")))
@@ -368,10 +380,16 @@ def _instance(i: int, inst: dict, names: dict[str, int], ports: dict[int, int]) 
         out.append(Finding(f"{label}: port {port} is already used by instance {ports[port]}", (i, "port")))
     else:
         ports[port] = n
+    for key in LMCACHE_MP_INSTANCE_KEYS:
+        if key in inst and not (is_int(inst[key]) and 1 <= inst[key] <= 65535):
+            out.append(Finding(f"{label}: {key}: expected a port 1..65535, got {describe(inst[key])}", (i, key)))
     devices = inst.get("cuda_visible_devices")
     if "cuda_visible_devices" in inst and not isinstance(devices, str):
         error = type_error(devices, "str", _plain(devices))
         out.append(Finding(f"{label}: cuda_visible_devices: {error}", (i, "cuda_visible_devices")))
+    elif isinstance(devices, str) and not re.fullmatch(r"[A-Za-z0-9,-]*", devices):
+        out.append(Finding(f'{label}: cuda_visible_devices "{devices}" must be GPU indexes or UUIDs separated by '
+                           'commas, e.g. "0,1"', (i, "cuda_visible_devices")))
     if "storage_dir" in inst:
         out += [Finding(f"{label}: storage_dir {m}", (i, "storage_dir")) for m in storage_dir_errors(inst["storage_dir"])]
     return out
@@ -391,6 +409,83 @@ def storage_dir_errors(value: Any) -> list[str]:
     if ".." in value.split("/"):
         return [f'"{value}" must not contain ..']
     return []
+
+
+# ---- engines
+
+def user_name(value: str) -> list[Finding]:
+    if value == "root":
+        return [Finding("the engine must not run as root: name a system user (kvprov creates it)")]
+    if not USER_NAME.fullmatch(value):
+        return [Finding(f'"{value}" is not a valid user name (lower-case letters, digits, _ and -)')]
+    return []
+
+
+def listen_address(value: str) -> list[Finding]:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return [Finding(f'"{value}" is not an IP address to listen on (e.g. 127.0.0.1, or 0.0.0.0 for every '
+                        "interface)")]
+    return []
+
+
+def model_path(value: str) -> list[Finding]:
+    if not value or re.search(r"[\s'\"\\$%]", value):
+        return [Finding(f'"{value}" must be a Hugging Face id or an absolute directory without spaces, quotes, '
+                        "backslashes, $ or %")]
+    if value.startswith("/") and ".." in value.split("/"):
+        return [Finding(f'"{value}" must not contain ..')]
+    return []
+
+
+def environment(value: dict) -> list[Finding]:
+    out = []
+    for key, v in value.items():
+        if not ENV_NAME.fullmatch(str(key)):
+            out.append(Finding(f'"{key}" is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)', (key,)))
+        elif v is None or isinstance(v, (list, dict)):
+            out.append(Finding(f"{key}: give a string or a number, got {describe(v)}", (key,)))
+    return out
+
+
+def positive_number(value: Any) -> list[Finding]:
+    return [] if value > 0 else [Finding(f"must be more than 0, got {value}")]
+
+
+def fraction(value: Any) -> list[Finding]:
+    return [] if 0 < value <= 1 else [Finding(f"must be in (0, 1], got {value}")]
+
+
+def absolute_or_empty(value: str) -> list[Finding]:
+    return absolute_path(value) if value else []
+
+
+# LMCache 0.5.6 in-process keys kvprov_lmcache_inproc_config may add (the role sets the tier's own).
+LMCACHE_KEYS = {"chunk_size", "local_cpu", "max_local_cpu_size", "local_disk", "max_local_disk_size",
+                "remote_url", "remote_serde", "save_decode_cache", "enable_blending", "blend_recompute_ratio",
+                "blend_min_tokens", "save_unfull_chunk", "gds_path", "gds_buffer_size", "use_layerwise",
+                "enable_async_loading", "extra_config", "cache_policy", "numa_mode", "min_retrieve_tokens",
+                "priority_limit", "lookup_timeout_ms", "hit_miss_ratio", "blocking_timeout_secs",
+                "external_lookup_client", "py_enable_gc", "cache_eviction_policy"}
+LMCACHE_RENAMED = {"cufile_buffer_size": "gds_buffer_size (cufile_buffer_size is ignored with only a warning)"}
+
+
+def lmcache_config(value: dict) -> list[Finding]:
+    out = []
+    for key, v in value.items():
+        if key in LMCACHE_RENAMED:
+            out.append(Finding(f"{key}: LMCache no longer reads it; use {LMCACHE_RENAMED[key]}", (key,)))
+        elif key not in LMCACHE_KEYS:
+            out.append(Finding(f'{key}: not an LMCache setting (LMCache ignores unknown keys silently)'
+                               + _did_you_mean(str(key), sorted(LMCACHE_KEYS)), (key,)))
+        elif isinstance(v, str) and v.strip().lower() in TRUE_FALSE_WORDS:
+            out.append(Finding(f"{key}: {type_error(v, 'bool')}", (key,)))
+        elif key == "remote_url" and isinstance(v, str) and re.match(r"[a-z]+:///", v):
+            out.append(Finding(f'remote_url "{v}" has no host: LMCache\'s parser rejects it and runs without '
+                               "the tier (only a warning); write e.g. fs://localhost:0/path, or use "
+                               "kvprov_lmcache_inproc_tier: local_disk", (key,)))
+    return out
 
 
 # ---- GDS
@@ -432,11 +527,40 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_nixl_config_path": absolute_path,
     "kvprov_nixl_venv": absolute_path,
     "kvprov_sglang_venv": absolute_path,
-    "kvprov_sglang_home": absolute_path,
+    "kvprov_engine_home": absolute_path,
+    "kvprov_engine_user": user_name,
+    "kvprov_engine_uid": int_range(0, 2**31 - 1, note=" (0: any)"),
+    "kvprov_engine_host": listen_address,
+    "kvprov_engine_model_path": model_path,
+    "kvprov_engine_environment": environment,
+    "kvprov_engine_hash_seed": int_range(0, 4294967295),
+    "kvprov_engine_find_links": absolute_or_empty,
+    "kvprov_engine_wheelhouse": absolute_or_empty,
+    "kvprov_vllm_venv": absolute_path,
+    "kvprov_vllm_block_size": int_range(1),
+    "kvprov_vllm_tensor_parallel_size": int_range(1),
+    "kvprov_vllm_max_model_len": int_range(0, note=" (0: the model's own)"),
+    "kvprov_vllm_gpu_memory_utilization": fraction,
+    "kvprov_vllm_offload_cpu_bytes_to_use": int_range(0),
+    "kvprov_vllm_offload_block_size": int_range(1),
+    "kvprov_vllm_offload_read_threads": int_range(1),
+    "kvprov_vllm_offload_write_threads": int_range(1),
+    "kvprov_vllm_offload_shm_headroom_bytes": int_range(0),
+    "kvprov_lmcache_mp_l1_size_gb": positive_number,
+    "kvprov_lmcache_mp_host": listen_address,
+    "kvprov_lmcache_mp_l2_size_gb": non_negative,
+    "kvprov_lmcache_mp_nixl_file_size": int_range(4096, note=" (bytes; at least one KV chunk)"),
+    "kvprov_lmcache_mp_nixl_pool_size": int_range(1),
+    "kvprov_lmcache_inproc_chunk_size": int_range(1),
+    "kvprov_lmcache_inproc_max_local_cpu_size": non_negative,
+    "kvprov_lmcache_inproc_max_local_disk_size": positive_number,
+    "kvprov_lmcache_inproc_nixl_pool_size": int_range(1),
+    "kvprov_lmcache_inproc_gds_buffer_size": int_range(1, note=" (MiB)"),
+    "kvprov_lmcache_inproc_config": lmcache_config,
     "kvprov_gds_cufile_path": absolute_path,
     "kvprov_nixl_plugins": nixl_plugins,
     "kvprov_nixl_backend_options": nixl_backend_options,
-    "kvprov_sglang_instances": sglang_instances,
+    "kvprov_engine_instances": engine_instances,
     "kvprov_gds_rdma_dev_addr_list": ip_addresses,
 }
 
@@ -451,16 +575,37 @@ def check_setting(setting: Setting, specs: dict[str, VarSpec]) -> list[Problem]:
         return []
     if not name.startswith("kvprov_"):
         return [_problem(setting, f) for f in misnamed_variable(name, specs)]
+    renamed = []
+    if name in DEPRECATED:
+        name = DEPRECATED[name]
+        renamed = [Finding(f"renamed {name} (the old name still works; every engine reads the new one)",
+                           severity="warning")]
     spec = specs.get(name)
     if spec is None:
         return [_problem(setting, Finding("not a variable of any kvprov role (Ansible would silently "
                                           "ignore it)" + _did_you_mean(name, list(specs))))]
     if is_template(var.value):
-        return []
-    findings = spec_findings(var, spec)
+        return [_problem(setting, f) for f in renamed]
+    findings = control_characters(var.value) or spec_findings(var, spec)
     if not findings and name in VALUE_RULES:
         findings = VALUE_RULES[name](var.value)
-    return [_problem(setting, f) for f in findings]
+    return [_problem(setting, f) for f in renamed + findings]
+
+
+def control_characters(value: Any, path: tuple = ()) -> list[Finding]:
+    """A newline or other control character in any string (keys too) would add lines to the
+    units, mount units and config files rendered from it."""
+    if isinstance(value, str):
+        if CONTROL.search(value):
+            shown = value.encode("unicode_escape").decode()[:80]
+            return [Finding(f'"{shown}" contains a control character ({CONTROL.search(value).group()!r}): '
+                            "it would add lines to the rendered units and files; remove it", path)]
+        return []
+    if isinstance(value, dict):
+        return [f for k, v in value.items() for f in control_characters(k, path) + control_characters(v, path + (k,))]
+    if isinstance(value, list):
+        return [f for i, v in enumerate(value) for f in control_characters(v, path + (i,))]
+    return []
 
 
 def misnamed_variable(name: str, specs: dict[str, VarSpec]) -> list[Finding]:
@@ -495,7 +640,7 @@ class HostView:
         var = self.host.var(name)
         if var is None or is_template(var.value):
             return None
-        spec = self.specs.get(name)
+        spec = self.specs.get(DEPRECATED.get(name, name))
         if spec and spec_findings(var, spec):
             return None
         return var.value
@@ -521,6 +666,7 @@ def check_host(host: Host, specs: dict[str, VarSpec]) -> list[Problem]:
         out += _nfs_server_and_export(h, profile)
         out += _protocol(h, profile)
         out += _nconnect_and_trunking(h)
+    out += engine_rules(h)
     if profile == "local" and h.get("kvprov_storage_pnfs_layout") not in (None, "none"):
         out.append(h.problem("kvprov_storage_pnfs_layout",
                              f"{h.get('kvprov_storage_pnfs_layout')} has no meaning for profile local "
@@ -609,6 +755,117 @@ def _nconnect_and_trunking(h: HostView) -> list[Problem]:
     return out
 
 
+# ---- engines
+
+def instances_var(h: HostView) -> str:
+    """The instance list's variable in effect: the old name when the inventory sets it."""
+    return "kvprov_sglang_instances" if h.host.var("kvprov_sglang_instances") else "kvprov_engine_instances"
+
+
+def engine_rules(h: HostView) -> list[Problem]:
+    """Each engine's settings that only make sense together, and settings of another engine."""
+    engine = h.get("kvprov_engine")
+    if engine not in ENGINES:
+        return []
+    out = _other_engines_settings(h, engine)
+    instances = h.get(instances_var(h)) or []
+    out += _instance_ports(h, engine, instances)
+    rules = {"vllm_offload": _vllm_offload, "lmcache_mp": _lmcache_mp, "lmcache_inproc": _lmcache_inproc}
+    if engine in rules:
+        out += rules[engine](h)
+    return out
+
+
+def _other_engines_settings(h: HostView, engine: str) -> list[Problem]:
+    """Mixing engines: a variable only another engine reads is set for this host."""
+    out = []
+    for name in sorted(h.host.vars):
+        var = h.host.var(name)
+        if var.origin.default or name in DEPRECATED:
+            continue
+        owner = next((e for e, prefixes in ENGINE_PREFIXES.items() if name.startswith(prefixes)), None)
+        if name.startswith("kvprov_vllm_") and not name.startswith("kvprov_vllm_offload_") or name == "kvprov_lmcache_version":
+            owner = None if engine in VLLM_ENGINES else "a vLLM engine"
+        if owner and owner != engine:
+            out.append(h.problem(name, f"only engine {owner} reads it, but this host's kvprov_engine is {engine}: "
+                                       "it has no effect here; remove it or set it on the groups of that engine",
+                                 severity="warning"))
+    return out
+
+
+def _instance_ports(h: HostView, engine: str, instances: list) -> list[Problem]:
+    """lmcache_mp's server ports: only for lmcache_mp, and no port used twice on the host."""
+    out, ports = [], []
+    name = instances_var(h)
+    for i, inst in enumerate(instances):
+        if not isinstance(inst, dict) or not is_int(inst.get("port")):
+            continue
+        for key in LMCACHE_MP_INSTANCE_KEYS:
+            if key in inst and engine != "lmcache_mp":
+                out.append(h.problem(name, f"instance {inst.get('name')}: {key} belongs to engine lmcache_mp, but "
+                                           f"this host's kvprov_engine is {engine}: one instance runs one engine",
+                                     i, key))
+            elif engine == "lmcache_mp":
+                ports.append((inst.get(key, inst["port"] + (10000 if key == "lmcache_port" else 11000)), i, key, inst))
+    used = {inst["port"]: f"the port of instance {inst.get('name')}" for inst in instances
+            if isinstance(inst, dict) and is_int(inst.get("port"))}
+    for port, i, key, inst in ports:
+        if port in used:
+            given = "" if key in inst else " (its default: set it)"
+            out.append(h.problem(name, f"instance {inst.get('name')}: {key} {port}{given} is already {used[port]}",
+                                 i, key))
+        used.setdefault(port, f"the {key} of instance {inst.get('name')}")
+    return out
+
+
+def _vllm_offload(h: HostView) -> list[Problem]:
+    out = []
+    if h.get("kvprov_vllm_offload_cpu_bytes_to_use") == 0:
+        out.append(h.problem("kvprov_vllm_offload_cpu_bytes_to_use",
+                             "engine vllm_offload needs cpu_bytes_to_use: the bytes of host memory for its CPU tier, "
+                             "total over all workers (e.g. 107374182400 for 100 GiB)"))
+    block, gpu_block = h.get("kvprov_vllm_offload_block_size"), h.get("kvprov_vllm_block_size")
+    if is_int(block) and is_int(gpu_block) and gpu_block > 0 and block % gpu_block:
+        out.append(h.problem("kvprov_vllm_offload_block_size",
+                             f"{block} is not a multiple of kvprov_vllm_block_size {gpu_block} (vLLM's GPU block): "
+                             f"use e.g. {max(gpu_block, block // gpu_block * gpu_block)}"))
+    return out
+
+
+def _lmcache_mp(h: HostView) -> list[Problem]:
+    out = []
+    if h.get("kvprov_lmcache_mp_transfer_mode") == "lmcache_driven" and h.get("kvprov_engine_require_gpu") is False:
+        out.append(h.problem("kvprov_lmcache_mp_transfer_mode",
+                             "lmcache_driven makes a CPU vLLM worker hang at start for ever (no handler for "
+                             "register_kv_cache_engine_driven_context): use auto"))
+    if h.get("kvprov_lmcache_mp_host") not in (None, "127.0.0.1", "::1"):
+        out.append(h.problem("kvprov_lmcache_mp_host", "the LMCache MP server has no authentication: listening "
+                             "beyond loopback lets any host on that network read and write the KV cache",
+                             severity="warning"))
+    if h.get("kvprov_lmcache_mp_l2_type") != "nixl_store":
+        return out
+    pool, size = h.get("kvprov_lmcache_mp_nixl_pool_size"), h.get("kvprov_lmcache_mp_nixl_file_size")
+    want = h.get("kvprov_lmcache_mp_l2_size_gb")
+    if is_int(pool) and is_int(size) and isinstance(want, (int, float)) and pool * size < want * 1e9:
+        need = -(-int(want * 1e9) // size)
+        out.append(h.problem("kvprov_lmcache_mp_nixl_pool_size",
+                             f"pool_size {pool} x file_size {size} = {pool * size / 1e9:.3g} GB is less than "
+                             f"kvprov_lmcache_mp_l2_size_gb {want}: stores fail with \"Insufficient NIXL storage "
+                             f"capacity\" once it is full; set pool_size to at least {need}"))
+    return out
+
+
+def _lmcache_inproc(h: HostView) -> list[Problem]:
+    out = []
+    extra = h.get("kvprov_lmcache_inproc_config") or {}
+    for key in sorted(set(extra) & {"local_disk", "max_local_disk_size", "gds_path", "gds_buffer_size", "chunk_size",
+                                    "local_cpu", "max_local_cpu_size", "extra_config"}):
+        out.append(h.problem("kvprov_lmcache_inproc_config",
+                             f"{key} is set by kvprov's own variables (kvprov_lmcache_inproc_*): remove it here",
+                             key))
+    return out
+
+
 # ---- NIXL storage directories
 
 @dataclass
@@ -623,12 +880,14 @@ class StorageDir:
     export: str
     location: tuple[str, int]  # file, line to report at
     problems: list[Problem]
+    variable: str = "kvprov_engine_instances"
 
 
 def storage_dirs(h: HostView) -> list[StorageDir]:
     """Every valid instance's storage dir, with the problems of the dir on its own."""
     profile, mount = h.get("kvprov_storage_profile"), h.get("kvprov_storage_mount_point")
-    instances = h.get("kvprov_sglang_instances")
+    name_var = instances_var(h)
+    instances = h.get(name_var)
     if profile is None or not isinstance(mount, str) or mount_point(mount) or not instances:
         return []
     server = str(h.get("kvprov_storage_server") or "").strip().lower()
@@ -645,10 +904,10 @@ def storage_dirs(h: HostView) -> list[StorageDir]:
         path = posixpath.normpath(given or f"{mount}/{h.host.name}/{name}")
         at = (i, "storage_dir") if given else (i,)
         d = StorageDir(h.host.name, name, path, ("local", h.host.name), path, export,
-                       h.location("kvprov_sglang_instances", *at), [])
+                       h.location(name_var, *at), [], name_var)
         rel = posixpath.relpath(path, mount)
         if rel == "." or rel.startswith(".."):
-            d.problems.append(_outside_mount(h, name, given, path, mount, rel == ".", at))
+            d.problems.append(_outside_mount(h, name_var, name, given, path, mount, rel == ".", at))
             out.append(d)
             continue
         if profile in NFS_PROFILES:
@@ -657,7 +916,7 @@ def storage_dirs(h: HostView) -> list[StorageDir]:
     return out
 
 
-def _outside_mount(h: HostView, name: str, given: str | None, path: str, mount: str, is_mount: bool,
+def _outside_mount(h: HostView, var: str, name: str, given: str | None, path: str, mount: str, is_mount: bool,
                    at: tuple) -> Problem:
     shown = f'"{given}"' if given == path else f'"{given}" (that is {path})'
     if is_mount:
@@ -667,7 +926,7 @@ def _outside_mount(h: HostView, name: str, given: str | None, path: str, mount: 
         msg = (f"instance {name}: storage_dir {shown} is not under kvprov_storage_mount_point {mount}: "
                f"the engine's third tier would be on local disk; use e.g. {mount}/{h.host.name}/{name} "
                "or drop storage_dir")
-    return h.problem("kvprov_sglang_instances", msg, *at)
+    return h.problem(var, msg, *at)
 
 
 def shared_storage_dirs(dirs: list[StorageDir]) -> list[Problem]:
@@ -715,7 +974,7 @@ def _shared(a: StorageDir, b: StorageDir, severity: str) -> Problem:
     msg = (f"instance {b.instance}: storage dir {b.path} {relation} {where}: NIXL's clear() would wipe "
            "the other's files; give every instance its own directory (without storage_dir each gets "
            "<mount point>/<host>/<name>)")
-    return Problem(b.location[0], b.location[1], b.host, "kvprov_sglang_instances", msg, severity)
+    return Problem(b.location[0], b.location[1], b.host, b.variable, msg, severity)
 
 
 # ---------------------------------------------------------------------------- check
