@@ -1,5 +1,6 @@
 """systemd-nspawn containers for the lab: each in its own network namespace with a veth
-to the controller, booting systemd from an overlay on the lab image's root directory."""
+to the controller, booting systemd from an overlay on the lab image's root directory, with
+the engine wheelhouse and the lab's models bound in read-only (topology.container_binds)."""
 
 from __future__ import annotations
 
@@ -55,12 +56,16 @@ def start(c: topology.Container, rootfs: Path, rundir: Path) -> int:
     run(["mount", "-t", "overlay", "overlay", "-o",
          f"lowerdir={rootfs},upperdir={p['upper']},workdir={p['work']}", str(p["root"])])
     netns_up(c)
+    binds = []
+    for host_path, guest_path in topology.container_binds():
+        host_path.mkdir(parents=True, exist_ok=True)  # nspawn refuses a missing source
+        binds.append(f"--bind-ro={host_path}:{guest_path}")
     with (p["dir"] / "console.log").open("w") as out:
         proc = subprocess.Popen(
             ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--boot",
              f"--directory={p['root']}", f"--machine={c.name}",
              f"--network-namespace-path=/run/netns/{c.netns}",
-             "--link-journal=no", "--resolv-conf=off", "--timezone=off", "--console=pipe"],
+             "--link-journal=no", "--resolv-conf=off", "--timezone=off", "--console=pipe", *binds],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     return proc.pid
 

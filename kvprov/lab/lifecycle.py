@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kvprov.errors import EXIT_ENVIRONMENT, EXIT_LAB, EXIT_USAGE, KvprovError
-from kvprov.lab import container, image, inventory, topology, vm
+from kvprov.lab import container, image, inventory, model, topology, vm
 from kvprov.lab.proc import Progress, run, tail
 from kvprov.lab.ssh import answers, ssh
 
@@ -116,6 +116,17 @@ def ensure_key(progress: Progress) -> str:
     return key.with_suffix(".pub").read_text()
 
 
+def ensure_engine_lab(progress: Progress) -> None:
+    """Containers can run a real CPU engine when scripts/install-deps made the engine venv
+    and wheelhouse: build the tiny model they serve (skipped when built). Otherwise say so
+    once; the rest of the lab does not need it."""
+    if not model.engine_venv_ready():
+        progress(f"engine lab not available (no {topology.ENGINE_VENV}): run scripts/install-deps "
+                 "for vLLM/LMCache in the containers")
+        return
+    model.ensure(progress)
+
+
 def _host_entries(topo: topology.Topology) -> list[dict]:
     hosts = [{"name": v.name, "kind": "vm", "role": v.role, "address": "127.0.0.1", "port": v.ssh_port}
              for v in topo.vms]
@@ -178,6 +189,8 @@ def up(clients: int = 1, containers: int = 0, progress: Progress | None = None) 
     t0 = time.monotonic()
     pubkey = ensure_key(progress)
     img = image.build(pubkey, progress)
+    if topo.containers:
+        ensure_engine_lab(progress)
     rundir = topology.run_dir()
     rundir.mkdir(parents=True, exist_ok=True)
     accel = vm.probe_accel(img, rundir)

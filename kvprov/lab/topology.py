@@ -10,6 +10,8 @@ all derive from one place.
                   data link = point-to-point Ethernet over a loopback socket 127.0.0.1:4000<i>
   kvlab-c<j>      systemd-nspawn container (j = 1..containers), network namespace kvlab-c<j>
                   10.98.<j>.2/24, the controller side of its veth is 10.98.<j>.1/24
+                  read-only: the engine wheelhouse at /srv/kvlab/wheels, the lab's models
+                  (tiny-qwen3) at /srv/kvlab/models
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ SHARED_DISK_GIB = 8
 STORAGE_MEM_MIB = 1536
 CLIENT_MEM_MIB = 2048
 
+# The engine lab (vLLM CPU + LMCache in containers), both filled by scripts/install-deps.
+ENGINE_WHEELHOUSE = Path("/var/lib/kvprov/wheelhouse-engines")  # offline wheels for the engines
+ENGINE_VENV = Path("/var/lib/kvprov/engine-venv")  # the controller's copy: builds the tiny model
+TINY_MODEL = "tiny-qwen3"  # <lab home>/models/<this>, built by kvprov.lab.model
+# Where a container sees them, read-only (systemd-nspawn --bind-ro; nothing is copied).
+CONTAINER_WHEELS = "/srv/kvlab/wheels"
+CONTAINER_MODELS = "/srv/kvlab/models"
+
 
 def lab_home() -> Path:
     """Where the lab keeps its key, image cache and runtime files."""
@@ -48,6 +58,15 @@ def run_dir() -> Path:
 
 def cache_dir() -> Path:
     return lab_home() / "cache"
+
+
+def models_dir() -> Path:
+    return lab_home() / "models"
+
+
+def container_binds() -> list[tuple[Path, str]]:
+    """(controller path, container path) pairs every lab container gets read-only."""
+    return [(ENGINE_WHEELHOUSE, CONTAINER_WHEELS), (models_dir(), CONTAINER_MODELS)]
 
 
 @dataclass(frozen=True)
