@@ -27,12 +27,13 @@ import time
 from kvprov import check, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import bundle as bf
-from kvprov.validate import evaluate as ev
 from kvprov.validate import parsers, report
 from kvprov.validate.bundle import Bundle, Desired, FileProblem
-from kvprov.validate.cli import write_file, write_reports
+from kvprov.validate.checks.engine import engine_storage_dir  # (importing kvprov.validate.checks registers CHECKS)
 from kvprov.validate.collect import CAPTURE_TASK
-from kvprov.validate.evaluate import FAIL, PASS, SKIP, WARN, Context, Result, res, show
+from kvprov.validate.context import CHECKS, Context, run_check
+from kvprov.validate.report import write_file, write_reports
+from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result, res, show
 
 MANAGED_DIRS = "managed_dirs.json"
 VENVS = "venvs.json"
@@ -129,7 +130,7 @@ def audit(b: Bundle, d: Desired) -> list[Result]:
     """Every drift check on one host's capture (pure: reads only `b`)."""
     c = Context(b, d)
     checks: list[tuple[str, str, object]] = [
-        (check_id, category, lambda fn=fn: fn(c)) for check_id, category, fn in ev.CHECKS if check_id in MOUNT_CHECKS]
+        (check_id, category, lambda fn=fn: fn(c)) for check_id, category, fn in CHECKS if check_id in MOUNT_CHECKS]
     managed = {f.path for f in d.files}
     checks += [(f"file:{f.path}", "file", lambda f=f: file_check(c, f.path, f.content, f.role)) for f in d.files]
     checks += [(f"extra:{dd}", "file", lambda dd=dd: extra_files(c, dd, managed))
@@ -138,8 +139,8 @@ def audit(b: Bundle, d: Desired) -> list[Result]:
     checks += [(f"package:{p}", "package", lambda p=p: package_check(c, p)) for p in d.packages]
     checks += [(f"venv:{venv}:{dist}", "venv", lambda v=venv, n=dist, p=pin: venv_check(c, v, n, p))
                for venv, pins in sorted(d.venvs.items()) for dist, pin in pins.items()]
-    checks += [(f"storage_dir:{i.name}", "engine", lambda i=i: ev.engine_storage_dir(c, i)) for i in d.instances]
-    results = [ev.run_check(check_id, category, fn) for check_id, category, fn in checks]
+    checks += [(f"storage_dir:{i.name}", "engine", lambda i=i: engine_storage_dir(c, i)) for i in d.instances]
+    results = [run_check(check_id, category, fn) for check_id, category, fn in checks]
     for r in results:
         r.host = d.host
     return results

@@ -21,7 +21,7 @@ import time
 from kvprov import check, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from kvprov.validate import report
-from kvprov.validate.evaluate import FAIL, PASS, Result, summarize
+from kvprov.validate.result import FAIL, PASS, Result, summarize
 
 CAPTURE_TASK = "Report the acceptance test"
 MiB = 1 << 20
@@ -138,13 +138,11 @@ def add_parser(sub) -> None:
 
 
 def cmd_bench(args) -> int:
-    from kvprov.validate.cli import write_reports
-
     check.require_valid(args.inventory)
     results, run_result = run(args.inventory, args.limit, args.together, overrides(args))
     for host, rs in report.by_host(list(results)).items():
         results.append(summarize(rs))
-    write_reports(args, results, "kvprov bench")
+    report.write_reports(args, results, "kvprov bench")
     if run_result.unreachable:
         return EXIT_UNREACHABLE
     return EXIT_OK if report.ok(results) else EXIT_CHECKS_FAILED

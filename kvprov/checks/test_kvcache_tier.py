@@ -14,7 +14,7 @@ import pytest
 from kvprov import mountstats
 from kvprov.validate import parsers
 from kvprov.validate.bundle import Desired
-from kvprov.validate.evaluate import LAYOUT_NAMES
+from kvprov.validate.checks.mount import LAYOUT_NAMES
 
 VENV_VERSIONS = ("import importlib.metadata as m, json; "
                  "print(json.dumps({d.metadata['Name'].lower().replace('_', '-'): d.version "

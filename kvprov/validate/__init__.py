@@ -5,7 +5,14 @@
             desired state (desired.json)
 - parsers   pure parsers for the captured text (gdscheck -p, rdma link, /proc/modules,
             systemctl show, unit files, NIXL TOML, cufile.json)
-- evaluate  pure checks: bundle + desired state -> list[Result]
-- report    the readable table, JSON and JUnit XML
-- cli       `kvprov validate --bundle DIR/HOST [--json F] [--junit F]`
+- result    the result model (Result, statuses, summarize) shared with bench and audit
+- context   what a check reads (Context: bundle + desired state, parsed files cached)
+            and the check registry (@check, @instance_check, run_check)
+- checks/   the checks, one module per tier: bundle, mount, rdma, gds, nixl, engine
+            (per engine instance; engine_<name> for further engines), packages
+- evaluate  runs them: bundle + desired state -> list[Result] (evaluate, evaluate_bundle)
+- report    the readable table, JSON and JUnit XML, and the report writer that
+            validate, bench and audit share
+- collect   live capture of a host's bundle (playbooks/collect.yml)
+- cli       `kvprov validate [INVENTORY | --bundle DIR/HOST] [--json F] [--junit F]`
 """

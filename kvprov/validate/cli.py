@@ -8,7 +8,6 @@ captured bundles. Exit 0: no check failed (warnings and skips allowed); 1: a che
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 from kvprov import bench
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import collect, evaluate, report
+from kvprov.validate.result import summarize
 
 
 def add_parser(sub) -> None:
@@ -39,32 +39,6 @@ def add_parser(sub) -> None:
     p.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
     p.add_argument("--junit", metavar="F", help="also write JUnit XML to F (a testcase per check)")
     p.set_defaults(func=cmd_validate)
-
-
-def write_file(path: str, text: str) -> None:
-    """Write a report file atomically (readers such as node_exporter never see half of it)."""
-    tmp = Path(f"{path}.tmp.{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
-
-
-def write_reports(args, results: list, name: str = "kvprov validate", everything: bool = True) -> None:
-    """--json F (or '-': JSON on stdout instead of the table), --junit F, and the table
-    (everything=False: only failures and warnings)."""
-    if args.json:
-        text = report.format_json(results)
-        if args.json == "-":
-            sys.stdout.write(text)
-        else:
-            write_file(args.json, text)
-    if args.junit:
-        write_file(args.junit, report.to_junit(results, name))
-    if args.json != "-":
-        print(report.format_table(results, everything))
 
 
 def cmd_validate(args) -> int:
@@ -90,8 +64,8 @@ def cmd_validate(args) -> int:
         bench_results, bench_run = bench.run(args.inventory, hosts, args.together, bench.overrides(args))
         results += bench_results
         unreachable += bench_run.unreachable
-    results += [evaluate.summarize(rs) for rs in report.by_host(results).values()]
-    write_reports(args, results)
+    results += [summarize(rs) for rs in report.by_host(results).values()]
+    report.write_reports(args, results)
     if not report.ok(results):
         return EXIT_CHECKS_FAILED
     return EXIT_UNREACHABLE if unreachable else EXIT_OK

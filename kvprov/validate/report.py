@@ -1,4 +1,6 @@
-"""Reports of `kvprov validate`: a readable table, JSON and JUnit XML (pure: results in, text out).
+"""Reports of `kvprov validate`, `bench` and `audit`: a readable table, JSON and JUnit XML
+(pure: results in, text out), and the one writer of report files (write_file, write_reports)
+that the three commands share.
 
 Every text that came from a captured file is cleaned before it is printed or written:
 control characters (terminal escapes, NUL) are shown escaped, and the XML gets only
@@ -8,11 +10,15 @@ characters XML 1.0 allows, so a hostile bundle cannot garble a terminal or a CI 
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
+from pathlib import Path
 
-from kvprov.validate.evaluate import FAIL, PASS, SKIP, STATUSES, WARN, Result
+from kvprov.errors import EXIT_USAGE, KvprovError
+from kvprov.validate.result import FAIL, PASS, SKIP, STATUSES, WARN, Result
 
 _XML_BAD = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -113,3 +119,31 @@ def to_junit(results: list[Result], name: str = "kvprov validate") -> str:
                 out.text = _x(("warning: " if r.status == WARN else "") + detail)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+# ---------------------------------------------------------------------------- writing them
+
+def write_file(path: str, text: str) -> None:
+    """Write a report file atomically (readers such as node_exporter never see half of it)."""
+    tmp = Path(f"{path}.tmp.{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
+
+
+def write_reports(args, results: list, name: str = "kvprov validate", everything: bool = True) -> None:
+    """--json F (or '-': JSON on stdout instead of the table), --junit F, and the table
+    (everything=False: only failures and warnings)."""
+    if args.json:
+        text = format_json(results)
+        if args.json == "-":
+            sys.stdout.write(text)
+        else:
+            write_file(args.json, text)
+    if args.junit:
+        write_file(args.junit, to_junit(results, name))
+    if args.json != "-":
+        print(format_table(results, everything))

@@ -13,7 +13,7 @@ from kvprov.errors import EXIT_USAGE, KvprovError
 from kvprov.validate import bundle as bf
 from kvprov.validate import evaluate as ev
 from kvprov.validate.bundle import Bundle
-from kvprov.validate.evaluate import FAIL, PASS, SKIP, WARN
+from kvprov.validate.result import CATEGORIES, FAIL, PASS, SKIP, STATUSES, WARN
 from tests.conftest import FIXTURES
 
 BUNDLES = FIXTURES / "bundles"
@@ -113,7 +113,7 @@ def test_every_host_gets_the_same_checks_in_the_same_order():
 @pytest.mark.parametrize("name", ALL)
 def test_every_failure_says_what_was_expected_and_how_to_fix_it(name):
     for r in results(name).values():
-        assert r.status in ev.STATUSES and r.category in ev.CATEGORIES
+        assert r.status in STATUSES and r.category in CATEGORIES
         if r.status == FAIL:
             assert r.expected and r.found and r.fix, r
 

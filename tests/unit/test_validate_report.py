@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ET
 
 from kvprov.validate import evaluate as ev
 from kvprov.validate import report
-from kvprov.validate.evaluate import FAIL, PASS, SKIP, WARN, Result
+from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result
 from tests.conftest import FIXTURES
 
 BUNDLES = FIXTURES / "bundles"
