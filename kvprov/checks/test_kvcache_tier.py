@@ -133,9 +133,9 @@ def test_storage_dirs(host, kvprov_desired: Desired):
         if not f.is_directory:
             problems.append(f"{inst.storage_dir}: not a directory")
             continue
-        if (f.user, f.group, f.mode) != (d.sglang_user, d.sglang_user, 0o750):
+        if (f.user, f.group, f.mode) != (d.engine_user, d.engine_user, 0o750):
             problems.append(f"{inst.storage_dir}: {f.user}:{f.group} {f.mode:04o}, "
-                            f"want {d.sglang_user}:{d.sglang_user} 0750")
+                            f"want {d.engine_user}:{d.engine_user} 0750")
         if d.is_nfs:
             mount = host.check_output("findmnt -n -o TARGET --target %s", inst.storage_dir)
             if mount != d.mount_point:

@@ -25,7 +25,8 @@ from typing import Any, Mapping
 
 from kvprov.errors import EXIT_USAGE, KvprovError
 
-FORMAT = 2  # the bundle format this kvprov writes and reads (desired.json / collect.json "format")
+FORMAT = 3  # the bundle format this kvprov writes and reads (desired.json / collect.json "format")
+READABLE_FORMATS = (2, 3)  # 2: before there was more than one engine (SGLang only)
 
 # ---------------------------------------------------------------------------- file names
 
@@ -264,14 +265,25 @@ TRANSPORTS = ("rdma", "tcp", "none")
 GDS_MODES = ("auto", "required", "disabled")
 
 
+ENGINES = ("sglang_hicache", "vllm_offload", "lmcache_mp", "lmcache_inproc")
+
+
 @dataclass(frozen=True)
 class Instance:
-    """One engine instance (one systemd unit)."""
+    """One engine instance: the unit serving its API (and, for lmcache_mp, its server's unit)."""
 
     name: str
     unit: str
     storage_dir: str
     port: int
+    units: tuple[str, ...] = ()  # every unit of the instance, in start order
+    lmcache_port: int | None = None  # lmcache_mp: the server's port and Prometheus port
+    metrics_port: int | None = None
+
+    @property
+    def server_unit(self) -> str | None:
+        """lmcache_mp's LMCache MP server unit."""
+        return next((u for u in self.units if u != self.unit), None)
 
 
 @dataclass(frozen=True)
@@ -313,8 +325,11 @@ class Desired:
     nixl_config_path: str
     nixl_venv: str
     nixl_plugin: str  # the active [plugin.<name>] table, e.g. gds_mt, posix
-    sglang_user: str
-    sglang_install: bool
+    engine: str  # sglang_hicache | vllm_offload | lmcache_mp | lmcache_inproc
+    engine_user: str
+    engine_install: bool
+    engine_venv: str
+    engine_connect_host: str  # where the host itself reaches the engine's API
     instances: tuple[Instance, ...] = field(default_factory=tuple)
     files: tuple[ManagedFile, ...] = field(default_factory=tuple)
     units: tuple[UnitWant, ...] = field(default_factory=tuple)
@@ -343,7 +358,7 @@ class Desired:
         for key, attr, _ in _FIELDS:
             value = getattr(self, attr)
             if attr in ("instances", "units"):
-                value = [asdict(i) for i in value]
+                value = [{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(i).items()} for i in value]
             elif attr == "files":
                 value = {f.path: {"mode": f.mode, "role": f.role, "content": f.content} for f in value}
             elif isinstance(value, tuple):
@@ -359,6 +374,8 @@ class Desired:
             raise DesiredError([f"must be a JSON object, not {type(data).__name__}"])
         problems: list[str] = []
         fmt = data.get("format")
+        if fmt == 2 and isinstance(data.get("sglang"), dict):
+            data, fmt = _from_format_2(data), FORMAT
         if fmt != FORMAT:
             problems.append(f"format: {fmt!r}; this kvprov reads bundle format {FORMAT}"
                             + (" (a newer kvprov wrote it: upgrade kvprov)" if isinstance(fmt, int) and fmt > FORMAT
@@ -378,11 +395,21 @@ class Desired:
             raise DesiredError(problems)
         values["mount_options"] = tuple(values["mount_options"])
         values["rdma_dev_addr_list"] = tuple(values["rdma_dev_addr_list"])
-        values["instances"] = tuple(Instance(**i) for i in values["instances"])
+        values["instances"] = tuple(Instance(**{**i, "units": tuple(i["units"])}) for i in values["instances"])
         values["files"] = tuple(ManagedFile(path, **f) for path, f in values["files"].items())
         values["units"] = tuple(UnitWant(**u) for u in values["units"])
         values["packages"] = tuple(values["packages"])
         return cls(**values)
+
+
+def _from_format_2(data: dict) -> dict:
+    """A format-2 desired.json (kvprov before there was more than one engine: SGLang only)."""
+    old = data["sglang"]
+    instances = [{**i, "units": [i.get("unit")], "lmcache_port": None, "metrics_port": None} if isinstance(i, dict)
+                 else i for i in old.get("instances") or []] if isinstance(old.get("instances"), list) else old.get("instances")
+    engine = {"name": "sglang_hicache", "user": old.get("user"), "install": old.get("install"),
+              "venv": "/opt/kvprov/sglang", "connect_host": "127.0.0.1", "instances": instances}
+    return {**{k: v for k, v in data.items() if k != "sglang"}, "format": FORMAT, "engine": engine}
 
 
 class DesiredError(KvprovError):
@@ -394,7 +421,9 @@ class DesiredError(KvprovError):
 
 
 _ABSENT = object()
-INSTANCE_FIELDS = {"name": str, "unit": str, "storage_dir": str, "port": int}
+OPTIONAL_INT = (int, type(None))
+INSTANCE_FIELDS = {"name": str, "unit": str, "storage_dir": str, "port": int, "units": list,
+                   "lmcache_port": OPTIONAL_INT, "metrics_port": OPTIONAL_INT}
 UNIT_FIELDS = {"unit": str, "enabled": bool, "active": bool}
 FILE_FIELDS = {"mode": str, "role": str, "content": str}
 # (JSON key, Desired attribute, kind): kind is a type, a tuple of choices, "strs" or "instances".
@@ -415,9 +444,12 @@ _FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("nixl.config_path", "nixl_config_path", str),
     ("nixl.venv", "nixl_venv", str),
     ("nixl.plugin", "nixl_plugin", str),
-    ("sglang.user", "sglang_user", str),
-    ("sglang.install", "sglang_install", bool),
-    ("sglang.instances", "instances", "instances"),
+    ("engine.name", "engine", ENGINES),
+    ("engine.user", "engine_user", str),
+    ("engine.install", "engine_install", bool),
+    ("engine.venv", "engine_venv", str),
+    ("engine.connect_host", "engine_connect_host", str),
+    ("engine.instances", "instances", "instances"),
     ("files", "files", "files"),
     ("units", "units", "units"),
     ("packages", "packages", "strs"),
@@ -434,9 +466,13 @@ def _lookup(data: dict, key: str) -> Any:
     return node
 
 
-def _is(value: Any, kind: type) -> bool:
+def _is(value: Any, kind: type | tuple) -> bool:
+    if isinstance(kind, tuple):
+        return any(_is(value, k) for k in kind)
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
+    if kind is list:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
     return isinstance(value, kind)
 
 
@@ -466,7 +502,8 @@ def _type_problem(value: Any, kind: Any) -> str | None:
 
 def _records_problem(records: dict, fields: dict[str, type]) -> str | None:
     """Why a record of `records` lacks exactly `fields` with their types; None when all are fine."""
-    names = {int: "an integer", bool: "a boolean", str: "a string"}
+    names = {int: "an integer", bool: "a boolean", str: "a string", list: "a list of strings",
+             OPTIONAL_INT: "an integer or null"}
     for n, item in records.items():
         if not isinstance(item, dict) or set(item) != set(fields):
             return f"[{n!r}] must have exactly the keys {', '.join(fields)}"

@@ -196,6 +196,23 @@ def unit_value(unit: dict[str, list[tuple[str, str]]], section: str, key: str) -
     return values[-1] if values else None
 
 
+_SHOW_ARGV = re.compile(r"argv\[\]=(.*?) ; ignore_errors=")
+
+
+def exec_argv(value: str, from_show: bool) -> list[str]:
+    """The argv of an ExecStart= value: a unit file's line, or `systemctl show`'s
+    `{ path=... ; argv[]=ARGS ; ignore_errors=... }` (systemd quotes like a shell)."""
+    if from_show:
+        m = _SHOW_ARGV.search(value)
+        if not m:
+            raise ParseError(f"no argv[] in ExecStart={value[:80]}")
+        value = m.group(1)
+    try:
+        return shlex.split(value)
+    except ValueError as e:
+        raise ParseError(f"ExecStart: {e}") from None
+
+
 def unit_environment(unit: dict[str, list[tuple[str, str]]]) -> dict[str, str]:
     """The environment a unit's Environment= lines set ([Service]; an empty one resets)."""
     env: dict[str, str] = {}

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-FORMAT = 2
+FORMAT = 3
 MAX_FILE = 1 << 20
 
 NIXL_PROBE = r"""
@@ -149,6 +149,41 @@ def venv_versions(venv: str) -> dict:
     return out
 
 
+# The cache counters validate and loadtest read: vLLM's prefix and external (connector)
+# caches, LMCache MP's L1/L2 lookups and stores.
+METRIC_PREFIXES = ("vllm:prefix_cache_", "vllm:external_prefix_cache_", "vllm:prompt_tokens_cached",
+                   "vllm:cache_config_info", "lmcache_mp_")
+
+
+def http_get(url: str, timeout: float = 5) -> tuple:
+    """(status, body, error) of a GET on the host itself."""
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read(4 << 20).decode("utf-8", "replace"), None
+    except urllib.error.HTTPError as e:
+        return e.code, "", str(e)
+    except Exception as e:
+        return None, "", str(e)
+
+
+def probe_service(unit: str, host: str, port, path: str) -> tuple:
+    """({unit, running, url, status, ok, error}, the cache metrics or None) of one engine unit."""
+    active = run(["systemctl", "is-active", "--quiet", unit], 10)[0] == 0
+    url = f"http://{host}:{port}{path}"
+    h = {"unit": unit, "running": active, "url": url, "status": None, "ok": False,
+         "error": None if active else "not running"}
+    if not active:
+        return h, None
+    h["status"], body, h["error"] = http_get(url)
+    h["ok"] = h["status"] == 200
+    if path != "/metrics":
+        body = http_get(f"http://{host}:{port}/metrics")[1]
+    metrics = "".join(line + "\n" for line in body.splitlines() if line.startswith(METRIC_PREFIXES))
+    return h, metrics if body else None
+
+
 def list_dirs(paths: list) -> dict:
     """{directory: sorted names of its non-directory entries} for each managed file's directory."""
     out = {}
@@ -164,13 +199,14 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     out: dict[str, str] = {}
     errors: dict[str, str] = {}
     skipped: dict[str, str] = {}
-    storage, nixl, sglang, gds = desired["storage"], desired["nixl"], desired["sglang"], desired["gds"]
+    storage, nixl, engine, gds = desired["storage"], desired["nixl"], desired["engine"], desired["gds"]
     mp = storage["mount_point"]
     out["desired.json"] = json.dumps(desired, indent=2)
 
     no_probe = "not probed (kvprov audit reads configuration only)"
     if not probes:
         skipped["io_probe.json"] = skipped["nixl_probe.json"] = skipped["health.json"] = no_probe
+        skipped["metrics"] = no_probe
         skipped["gdscheck.txt"] = no_probe
     # A real write + read-back on the KV tier (NFS or local directory): it proves the tier
     # answers, and makes the pNFS layout counters in mountstats mean something.
@@ -256,6 +292,14 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
             out[f"systemctl/{unit}.txt"] = so
         else:
             errors[f"systemctl/{unit}.txt"] = se.strip()
+        # The command line the running process really has (not what the unit file says).
+        pid = next((line[len("MainPID="):] for line in so.splitlines() if line.startswith("MainPID=")), "0")
+        if rc == 0 and pid.isdigit() and pid != "0":
+            try:
+                argv = read(f"/proc/{pid}/cmdline").split("\0")[:-1]
+                out[f"systemctl/{unit}.cmdline.json"] = json.dumps(argv)
+            except OSError:
+                pass  # it just exited
 
     if probes:
         python = os.path.join(nixl["venv"], "bin", "python3")
@@ -267,7 +311,7 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
                                                  "backend": nixl["plugin"].upper(), "backend_ok": False,
                                                  "error": se.strip()[-500:] or f"exited {rc}"})
 
-    paths = {"": mp, **{i["name"]: i["storage_dir"] for i in sglang["instances"]}}
+    paths = {"": mp, **{i["name"]: i["storage_dir"] for i in engine["instances"]}}
     rc, so, se, to = run([sys.executable, "-c", STAT_PROBE, *paths.values()], timeout)
     stats = json.loads(so) if rc == 0 else {}
     entries = {}
@@ -276,26 +320,23 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
                                 "mode": None, "error": "stat timed out (hung mount?)" if to else se.strip()}
         e.update(mount_of(path, mountinfo))
         e["is_on_kv_mount"] = e["mount"] == mp if storage["profile"] != "local" else path.startswith(mp)
-        w_rc = run(["runuser", "-u", sglang["user"], "--", "test", "-w", path], timeout)[0] if e["exists"] else 1
+        w_rc = run(["runuser", "-u", engine["user"], "--", "test", "-w", path], timeout)[0] if e["exists"] else 1
         e["writable_by_service_user"] = w_rc == 0
         entries[name] = e
     out["storage_dirs.json"] = json.dumps({"mount_point": entries.pop(""), "instances": entries}, indent=2)
 
     if probes:
         health = {}
-        for inst in sglang["instances"]:
-            url = f"http://127.0.0.1:{inst['port']}/health"
-            active = run(["systemctl", "is-active", "--quiet", inst["unit"]], 10)[0] == 0
-            h = {"running": active, "url": url, "status": None, "ok": False, "error": None if active else "not running"}
-            if active:
-                import urllib.request
-                try:
-                    with urllib.request.urlopen(url, timeout=5) as resp:
-                        h["status"] = resp.status
-                        h["ok"] = resp.status == 200
-                except Exception as e:
-                    h["error"] = str(e)
-            health[inst["name"]] = h
+        for inst in engine["instances"]:
+            health[inst["name"]], metrics = probe_service(inst["unit"], engine["connect_host"], inst["port"], "/health")
+            if metrics is not None and engine["name"] != "sglang_hicache":
+                out[f"metrics/{inst['name']}.txt"] = metrics
+            for unit in inst["units"]:
+                if unit != inst["unit"]:  # lmcache_mp's server: its Prometheus port is all it serves over HTTP
+                    health[f"{inst['name']}/server"], metrics = probe_service(unit, "127.0.0.1",
+                                                                              inst["metrics_port"], "/metrics")
+                    if metrics is not None:
+                        out[f"metrics/{inst['name']}-server.txt"] = metrics
         out["health.json"] = json.dumps(health, indent=2)
 
     rc, so, se, _ = run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\n"], 30)

@@ -212,3 +212,16 @@ def test_load_desired_when_missing_or_garbage(tmp_path):
                                         ("/mnt/\u00fc", "mnt-\\xc3\\xbc")])
 def test_systemd_escape_path(path, unit):
     assert bf.systemd_escape_path(path) == unit
+
+
+def test_format_2_desired_of_an_older_kvprov_still_reads():
+    """Bundles captured before there was more than one engine had an SGLang-only section."""
+    old = lab_desired()
+    engine = old.pop("engine")
+    old["format"] = 2
+    old["sglang"] = {"user": engine["user"], "install": engine["install"],
+                     "instances": [{k: i[k] for k in ("name", "unit", "storage_dir", "port")}
+                                   for i in engine["instances"]]}
+    d = Desired.from_dict(old)
+    assert d == Desired.from_dict(lab_desired())
+    assert d.engine == "sglang_hicache" and d.instances[0].units == ("kvprov-sglang-main.service",)

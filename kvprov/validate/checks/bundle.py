@@ -17,7 +17,7 @@ def bundle_collect(c: Context) -> Result:
         return res(WARN, expected, show(str(e), 300), "the bundle lacks its collector metadata; results below stand "
                                                      "on the files that are there")
     notes = []
-    if data.get("format") != bf.FORMAT:
+    if data.get("format") not in bf.READABLE_FORMATS:
         notes.append(f"format {show(data.get('format'), 20)} (this kvprov reads {bf.FORMAT})")
     if data.get("host") != c.d.host:
         notes.append(f"collect.json names host {show(data.get('host'), 60)}, desired.json {c.d.host}: "

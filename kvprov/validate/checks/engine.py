@@ -1,15 +1,26 @@
-"""engine.<instance>.*: per engine instance, its unit, state, storage directory setting, the
-storage directory itself, and /health when running (@instance_check: ids
-engine.<instance>.<suffix>, category engine).
+"""engine.<instance>.*: per engine instance, whatever the engine (@instance_check: ids
+engine.<instance>.<suffix>, category engine):
 
-Today's only engine is SGLang HiCache (its storage directory comes from
-SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR, its unit passes the NIXL TOML with
---hicache-storage-backend-extra-config). Checks for another engine go in
-checks/engine_<name>.py, registered with @instance_check and imported after this module
-in kvprov/validate/checks/__init__.py.
+- unit         its units are loaded and enabled, and the command line the process really
+               runs with (the running process, else `systemctl show`, else the unit file)
+               carries the engine's KV-tier configuration
+- state        each unit runs where it should (servers before their clients)
+- storage_env  the storage directory the engine is configured with is the instance's own,
+               on the KV mount (not /tmp, not local disk)
+- storage_dir  that directory exists, on the KV mount, writable by the service user
+- health       /health answers (and lmcache_mp's server its /metrics)
+- cache        the cache counters the engine exposes (vLLM's prefix and connector caches,
+               LMCache MP's L1/L2): exposed, and the connector really consulted
+
+What differs per engine (where the storage directory is set, what its command line must
+carry) lives in checks/engine_<name>.py, registered in ENGINES.
 """
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable
 
 from kvprov.validate import bundle as bf
 from kvprov.validate import parsers
@@ -18,65 +29,207 @@ from kvprov.validate.context import Context, instance_check, under
 from kvprov.validate.parsers import ParseError
 from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result, res, show
 
-# SGLang HiCache
-STORAGE_DIR_ENV = "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR"
-SGLANG_FALLBACK_DIR = "/tmp/hicache_storage"
 # any engine: directories that are local disk, never the KV tier
 LOCAL_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+TAGS = "engine"
 
 
-def _no_run_reason(c: Context) -> str:
-    """Why the engine should not run on this host ("" when it should)."""
-    if not c.d.sglang_install:
+@dataclass(frozen=True)
+class EngineRules:
+    """What one engine's checks need to know (registered by checks/engine_<name>.py)."""
+
+    # (the storage directory it is configured with or None, where that was read)
+    storage_setting: Callable[[Context, Instance], tuple[str | None, str]]
+    # what is wrong with the KV-tier configuration of the instance's live command lines
+    config_problems: Callable[[Context, Instance], list[str]]
+    # the instance's cache metrics: ({counter: value}, what they say) or None when not exposed
+    cache: Callable[[Context, Instance], tuple[dict[str, float], list[str]] | None]
+    fallback: str = ""  # what the engine does when the storage setting is missing
+
+
+ENGINES: dict[str, EngineRules] = {}
+
+
+# ---------------------------------------------------------------------------- live configuration
+
+def live_argv(c: Context, unit: str) -> tuple[list[str], str]:
+    """The command line `unit` really runs: the running process's, else what systemd
+    would start (`systemctl show`), else the unit file's ExecStart."""
+    def read():
+        name = bf.systemctl_file(unit).replace(".txt", ".cmdline.json")
+        if c.b.exists(name):
+            argv = c.b.json(name)
+            if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+                return argv, "the running process"
+        if c.b.exists(bf.systemctl_file(unit)) and c.show_unit(unit).get("ExecStart"):
+            try:
+                return parsers.exec_argv(c.show_unit(unit)["ExecStart"], from_show=True), "systemctl show"
+            except ParseError:
+                pass
         try:
-            gpu = c.gpu().present
-        except FileProblem:  # gpu.json unusable: the install flag alone decides
-            gpu = True
-        return "no GPU" if not gpu else "kvprov_sglang_install is false"
-    return "" if c.gpu().present else "no GPU"
+            start = parsers.unit_value(parsers.parse_unit(c.unit_text(unit, TAGS)), "Service", "ExecStart") or ""
+            return parsers.exec_argv(start, from_show=False), "the unit file"
+        except ParseError as e:
+            raise FileProblem(bf.unit_file(unit), f"unusable: {e}", c.deploy(TAGS)) from None
+    return c.memo(f"argv:{unit}", read)
+
+
+def live_env(c: Context, unit: str) -> tuple[dict[str, str], str]:
+    """The environment systemd runs `unit` with (`systemctl show`, else the unit file)."""
+    if c.b.exists(bf.systemctl_file(unit)) and "Environment" in c.show_unit(unit):
+        return parsers.split_environment(c.show_unit(unit)["Environment"]), "systemctl show"
+    try:
+        return parsers.unit_environment(parsers.parse_unit(c.unit_text(unit, TAGS))), "the unit file"
+    except ParseError as e:
+        raise FileProblem(bf.unit_file(unit), f"unusable: {e}", c.deploy(TAGS)) from None
+
+
+def flag(argv: list[str], name: str) -> str | None:
+    """The value of `--name VALUE` or `--name=VALUE` (the last one wins, as in argparse)."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg[len(name) + 1:]
+    return value
+
+
+def json_flag(argv: list[str], name: str) -> tuple[dict | None, str]:
+    """A JSON-object flag: (value, "") or (None, why not)."""
+    text = flag(argv, name)
+    if text is None:
+        return None, f"no {name}"
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        return None, f"{name} is not JSON ({e})"
+    return (value, "") if isinstance(value, dict) else (None, f"{name} is not a JSON object")
+
+
+def kv_transfer_config(c: Context, inst: Instance) -> tuple[dict | None, str, str]:
+    """The vLLM unit's --kv-transfer-config: (value or None, why not, where read)."""
+    argv, where = live_argv(c, inst.unit)
+    value, why = json_flag(argv, "--kv-transfer-config")
+    return value, why, where
+
+
+def connector_problems(c: Context, inst: Instance, connector: str) -> tuple[dict, list[str]]:
+    """The vLLM side of every vLLM engine: its port and connector."""
+    argv, where = live_argv(c, inst.unit)
+    problems = []
+    if flag(argv, "--port") != str(inst.port):
+        problems.append(f"--port {show(flag(argv, '--port'))} ({where}), want {inst.port}")
+    kv, why, _ = kv_transfer_config(c, inst)
+    if kv is None:
+        return {}, problems + [f"{why} ({where}): vLLM runs without the KV tier"]
+    if kv.get("kv_connector") != connector:
+        problems.append(f"kv_connector {show(kv.get('kv_connector'))} ({where}), want {connector}")
+    if kv.get("kv_role") != "kv_both":
+        problems.append(f"kv_role {show(kv.get('kv_role'))}, want kv_both (store and load)")
+    return kv, problems
+
+
+def vllm_cache(c: Context, inst: Instance, external: bool = True) -> tuple[dict[str, float], list[str]] | None:
+    """vLLM's prefix-cache counters (and the connector's, `external`) from /metrics."""
+    m = metrics(c, f"metrics/{inst.name}.txt")
+    if m is None:
+        return None
+    want = ["vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"]
+    if external:
+        want += ["vllm:external_prefix_cache_queries_total", "vllm:external_prefix_cache_hits_total"]
+    problems = [f"{name} is not exposed" for name in want if name not in m]
+    if external and not problems and m["vllm:prefix_cache_queries_total"] > 0 \
+            and m["vllm:external_prefix_cache_queries_total"] == 0:
+        problems.append("requests were served but the KV connector was never consulted "
+                        "(vllm:external_prefix_cache_queries_total 0): the tier is configured but not used")
+    return {k: m[k] for k in want if k in m}, problems
+
+
+def metrics(c: Context, name: str) -> dict[str, float] | None:
+    """Prometheus text -> {name: value summed over labels}; None when not captured."""
+    if not c.b.exists(name):
+        return None
+    out: dict[str, float] = {}
+    for line in c.b.text(name).splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        try:
+            out[key.split("{")[0]] = out.get(key.split("{")[0], 0.0) + float(value)
+        except ValueError:
+            continue
+    return out
+
+
+# ---------------------------------------------------------------------------- the checks
+
+def rules(c: Context) -> EngineRules:
+    return ENGINES[c.d.engine]
+
+
+def _desired_unit(c: Context, unit: str) -> str:
+    return next((f.content for f in c.d.files if f.path == f"/etc/systemd/system/{unit}"), "")
+
+
+def _no_run_reason(c: Context, unit: str) -> str:
+    """Why the unit should not run on this host ("" when it should)."""
+    try:
+        gpu = c.gpu().present
+    except FileProblem:  # gpu.json unusable: the other reasons decide
+        gpu = True
+    needs_gpu = "ConditionPathExistsGlob=/dev/nvidia" in _desired_unit(c, unit)
+    if not c.d.engine_install:
+        return "no GPU" if needs_gpu and not gpu else "kvprov_engine_install is false"
+    return "no GPU" if needs_gpu and not gpu else ""
 
 
 @instance_check("unit")
 def engine_unit(c: Context, inst: Instance) -> Result:
-    expected = f"/etc/systemd/system/{inst.unit} loaded and enabled, passing @{c.d.nixl_config_path}"
-    text = c.unit_text(inst.unit, "sglang")
-    try:
-        parsed = parsers.parse_unit(text)
-    except ParseError as e:
-        return res(FAIL, expected, f"{inst.unit}: {e}", c.deploy("sglang"))
+    units = inst.units or (inst.unit,)
+    expected = f"{', '.join(units)} loaded and enabled, running with the {c.d.engine} KV-tier configuration"
     problems, warnings = [], []
-    start = parsers.unit_value(parsed, "Service", "ExecStart") or ""
-    if f"--hicache-storage-backend-extra-config @{c.d.nixl_config_path}" not in " ".join(start.split()):
-        problems.append(f"ExecStart does not pass --hicache-storage-backend-extra-config @{c.d.nixl_config_path}")
-    props = c.show_unit(inst.unit)
-    if props.get("LoadState") != "loaded":
-        problems.append(f"LoadState={show(props.get('LoadState', '?'))} (`systemctl daemon-reload`)")
-    if props.get("UnitFileState") != "enabled":
-        problems.append(f"UnitFileState={show(props.get('UnitFileState', '?'))}: not started at boot")
-    if props.get("NeedDaemonReload") == "yes":
-        warnings.append("the unit file changed since systemd read it: `systemctl daemon-reload`")
+    for unit in units:
+        c.unit_text(unit, TAGS)  # the unit file is on the host
+        props = c.show_unit(unit)
+        if props.get("LoadState") != "loaded":
+            problems.append(f"{unit}: LoadState={show(props.get('LoadState', '?'))} (`systemctl daemon-reload`)")
+        if props.get("UnitFileState") != "enabled":
+            problems.append(f"{unit}: UnitFileState={show(props.get('UnitFileState', '?'))}: not started at boot")
+        if props.get("NeedDaemonReload") == "yes":
+            warnings.append(f"{unit} changed since systemd read it: `systemctl daemon-reload`")
+    problems += rules(c).config_problems(c, inst)
     if problems:
-        return res(FAIL, expected, "; ".join(problems + warnings), c.deploy("sglang"))
+        return res(FAIL, expected, "; ".join(problems + warnings), c.deploy(TAGS))
     if warnings:
         return res(WARN, expected, "; ".join(warnings), f"systemctl daemon-reload && systemctl restart {inst.unit}")
-    return res(PASS, expected, "loaded, enabled")
+    where = live_argv(c, inst.unit)[1]
+    return res(PASS, expected, f"loaded, enabled; configuration read from {where}")
 
 
 @instance_check("state")
 def engine_state(c: Context, inst: Instance) -> Result:
-    props = c.show_unit(inst.unit)
+    results = [_unit_state(c, unit) for unit in (inst.units or (inst.unit,))]
+    worst = next((r for s in (FAIL, WARN, PASS, SKIP) for r in results if r.status == s), results[0])
+    if len(results) == 1:
+        return worst
+    return res(worst.status, "; ".join(r.expected for r in results), "; ".join(r.found for r in results),
+               worst.fix)
+
+
+def _unit_state(c: Context, unit: str) -> Result:
+    props = c.show_unit(unit)
     active, sub = props.get("ActiveState", "?"), props.get("SubState", "?")
     cond, restarts_text = props.get("ConditionResult", ""), props.get("NRestarts", "0")
     restarts = int(restarts_text) if restarts_text.isdigit() and len(restarts_text) < 10 else 0
-    state = f"ActiveState={show(active, 30)} SubState={show(sub, 30)} NRestarts={restarts}"
-    logs = f"`journalctl -u {inst.unit} -b -n 200`"
-    reason = _no_run_reason(c)
-    running_expected = not reason
+    state = f"{unit}: ActiveState={show(active, 30)} SubState={show(sub, 30)} NRestarts={restarts}"
+    logs = f"`journalctl -u {unit} -b -n 200`"
+    reason = _no_run_reason(c, unit)
     if active == "failed" or sub == "auto-restart" or (restarts > 0 and active != "active"):
-        expected = "active (running)" if running_expected else "inactive (skipped), never failed or restarting"
-        return res(FAIL, expected, f"{state}: failed or in a restart loop", f"read {logs}, fix, then "
-                                                                           f"`systemctl restart {inst.unit}`")
-    if not running_expected:
+        expected = "active (running)" if not reason else "inactive (skipped), never failed or restarting"
+        return res(FAIL, expected, f"{state}: failed or in a restart loop",
+                   f"read {logs}, fix, then `systemctl restart {unit}`")
+    if reason:
         expected = f"inactive: {reason}, so the service does not run (and never fails)"
         if active == "inactive":
             if cond == "no" and props.get("ConditionTimestamp"):
@@ -84,44 +237,25 @@ def engine_state(c: Context, inst: Instance) -> Result:
                                           "condition (ConditionPathExistsGlob=/dev/nvidia[0-9]*)")
             return res(SKIP, expected, f"{state}: {reason}: not started")
         return res(WARN, expected, f"{state} although {reason}", f"look at {logs}")
-    expected = "active (running), no restarts"
+    expected = f"{unit} active (running), no restarts"
     if active == "active" and sub == "running":
         if restarts:
             return res(WARN, expected, f"{state}: it crashed and was restarted", f"read {logs}")
         return res(PASS, expected, state)
     if active == "activating":
         return res(WARN, expected, f"{state}: still starting (loading the model can take minutes)",
-                  f"collect again later; {logs}")
-    return res(FAIL, expected, f"{state}: not running", f"`systemctl start {inst.unit}`; {logs}")
-
-
-def _storage_env(c: Context, inst: Instance) -> tuple[str | None, str]:
-    """The storage directory setting systemd runs the service with, and where it was read."""
-    name = bf.systemctl_file(inst.unit)
-    live = None
-    if c.b.exists(name):
-        props = c.show_unit(inst.unit)
-        if "Environment" in props:
-            live = parsers.split_environment(props["Environment"]).get(STORAGE_DIR_ENV)
-            return live, "systemctl show"
-    text = c.unit_text(inst.unit, "sglang")
-    try:
-        unit = parsers.parse_unit(text)
-    except ParseError as e:
-        raise FileProblem(bf.unit_file(inst.unit), f"unusable: {e}", c.deploy("sglang")) from None
-    return parsers.unit_environment(unit).get(STORAGE_DIR_ENV), "the unit file"
+                   f"collect again later; {logs}")
+    return res(FAIL, expected, f"{state}: not running", f"`systemctl start {unit}`; {logs}")
 
 
 @instance_check("storage_env")
 def engine_storage_env(c: Context, inst: Instance) -> Result:
     mp = c.d.mount_point
-    expected = f"{STORAGE_DIR_ENV}={inst.storage_dir} (on the KV mount {mp})"
-    fix = c.deploy("sglang")
-    value, where = _storage_env(c, inst)
+    expected = f"the {c.d.engine} storage directory {inst.storage_dir} (on the KV mount {mp})"
+    fix = c.deploy(TAGS)
+    value, where = rules(c).storage_setting(c, inst)
     if not value:
-        return res(FAIL, expected, f"{STORAGE_DIR_ENV} is not set ({where}): SGLang silently falls back to "
-                                  f"{SGLANG_FALLBACK_DIR}, so the third tier lands on local disk (and in the "
-                                  "service's private /tmp)", fix)
+        return res(FAIL, expected, f"no storage directory is set ({where}){rules(c).fallback}", fix)
     dirs = [x.strip() for x in value.split(",") if x.strip()]
     problems = []
     if len(set(dirs)) != len(dirs):
@@ -134,59 +268,84 @@ def engine_storage_env(c: Context, inst: Instance) -> Result:
                             "service's private /tmp)")
         elif not under(d, mp):
             problems.append(f"{show(d)} is not under the KV mount {mp}: local disk")
-    if not problems and dirs != [inst.storage_dir]:
+    if not problems and [d.rstrip("/") for d in dirs] != [inst.storage_dir.rstrip("/")]:
         others = [i.name for i in c.d.instances if i.name != inst.name and i.storage_dir in dirs]
         problems.append(f"{show(value)}, not the inventory's {inst.storage_dir}"
-                        + (f": the directory of instance {others[0]} (NIXL's clear() would wipe both)"
+                        + (f": the directory of instance {others[0]} (a clear() or cleaner would wipe both)"
                            if others else ""))
     if problems:
-        return res(FAIL, expected, f"{STORAGE_DIR_ENV}={show(value)} ({where}): " + "; ".join(problems), fix)
-    return res(PASS, expected, f"{STORAGE_DIR_ENV}={show(value)} ({where})")
+        return res(FAIL, expected, f"{show(value)} ({where}): " + "; ".join(problems), fix)
+    return res(PASS, expected, f"{show(value)} ({where})")
 
 
 @instance_check("storage_dir")
 def engine_storage_dir(c: Context, inst: Instance) -> Result:
-    user = c.d.sglang_user
+    user = c.d.engine_user
     expected = f"{inst.storage_dir} exists, on the KV mount {c.d.mount_point}, writable by {user}"
     e = c.storage_entry(inst.name)
     if e.get("error"):
         return res(FAIL, expected, f"the collector could not check it: {show(e['error'], 200)}",
-                  "a hung stat() means the mount hung (see mount.io_probe); otherwise collect again")
+                   "a hung stat() means the mount hung (see mount.io_probe); otherwise collect again")
     path = e.get("path") if isinstance(e.get("path"), str) else inst.storage_dir
     if e.get("exists") is not True:
-        return res(FAIL, expected, f"{show(path)} does not exist", c.deploy("sglang"))
+        return res(FAIL, expected, f"{show(path)} does not exist", c.deploy(TAGS))
     if e.get("is_dir") is False:
-        return res(FAIL, expected, f"{show(path)} is not a directory", c.deploy("sglang"))
+        return res(FAIL, expected, f"{show(path)} is not a directory", c.deploy(TAGS))
     where = f"{show(e.get('fstype', '?'), 20)} {show(e.get('device', '?'), 80)}"
     on_mount = e.get("is_on_kv_mount")
     if not isinstance(on_mount, bool):  # older collectors: judge from mountinfo
         on_mount = c.on_kv_mount(path)
     if not on_mount:
         return res(FAIL, expected, f"{show(path)} is on {where} (mounted on {show(e.get('mount', '?'), 80)}), not on "
-                                  f"the KV mount: it was created while {c.d.mount_point} was not mounted",
-                  f"stop {inst.unit}, mount {c.d.mount_point} (`systemctl start {c.d.mount_unit}`), then "
-                  f"{c.deploy('sglang')}")
+                                   f"the KV mount: it was created while {c.d.mount_point} was not mounted",
+                   f"stop {inst.unit}, mount {c.d.mount_point} (`systemctl start {c.d.mount_unit}`), then "
+                   f"{c.deploy(TAGS)}")
     owner = f"{show(e.get('owner', '?'), 32)}:{show(e.get('group', '?'), 32)} {show(e.get('mode', '?'), 8)}"
     if e.get("writable_by_service_user") is not True:
-        return res(FAIL, expected, f"{show(path)} ({owner}) is not writable by {user}",
-                  f"`chown {user}:{user} {path} && chmod 0750 {path}` (with root squash on the export, create it "
-                  f"as {user}), or {c.deploy('sglang')}")
+        return res(FAIL, expected, f"{show(path)} ({owner}) is not writable by {user}: every store of the tier "
+                                   "fails while /health stays green",
+                   f"`chown {user}:{user} {path} && chmod 0750 {path}` (with root squash on the export, create it "
+                   f"as {user}), or {c.deploy(TAGS)}")
     return res(PASS, expected, f"{show(path)} ({owner}) on {where}")
 
 
 @instance_check("health")
 def engine_health(c: Context, inst: Instance) -> Result:
-    expected = f"HTTP /health on port {inst.port} answers 200"
-    props = c.show_unit(inst.unit)
-    if props.get("ActiveState") != "active":
+    expected = f"HTTP /health on port {inst.port} answers 200" + (
+        f", the LMCache server's /metrics on {inst.metrics_port} too" if inst.server_unit else "")
+    if c.show_unit(inst.unit).get("ActiveState") != "active":
         return res(SKIP, expected, f"service not running (see engine.{inst.name}.state)")
     data = c.b.json_object(bf.HEALTH)
-    h = data.get(inst.name)
-    if not isinstance(h, dict):
-        raise FileProblem(bf.HEALTH, f"has no {inst.name!r} entry (an object)")
-    url = show(h.get("url") or f"http://127.0.0.1:{inst.port}/health", 100)
-    if h.get("ok") is True:
-        return res(PASS, expected, f"GET {url}: {show(h.get('status', 200), 10)}")
-    what = h.get("status") if h.get("status") is not None else h.get("error") or "not running"
-    return res(FAIL, expected, f"GET {url}: {show(what, 200)}",
-              f"`curl -s {url}`; read `journalctl -u {inst.unit} -b -n 200`")
+    found, failed = [], []
+    for key in [inst.name] + ([f"{inst.name}/server"] if inst.server_unit else []):
+        h = data.get(key)
+        if not isinstance(h, dict):
+            raise FileProblem(bf.HEALTH, f"has no {key!r} entry (an object)")
+        url = show(h.get("url") or f"http://127.0.0.1:{inst.port}/health", 100)
+        if h.get("ok") is True:
+            found.append(f"GET {url}: {show(h.get('status', 200), 10)}")
+        else:
+            what = h.get("status") if h.get("status") is not None else h.get("error") or "not running"
+            failed.append(f"GET {url}: {show(what, 200)}")
+    if failed:
+        return res(FAIL, expected, "; ".join(failed + found),
+                   f"read `journalctl -u {inst.unit} -b -n 200`" + (
+                       f" and `journalctl -u {inst.server_unit} -b -n 200`" if inst.server_unit else ""))
+    return res(PASS, expected, "; ".join(found))
+
+
+@instance_check("cache")
+def engine_cache(c: Context, inst: Instance) -> Result:
+    expected = "the engine's cache counters exposed on /metrics, the KV connector consulted"
+    if c.show_unit(inst.unit).get("ActiveState") != "active":
+        return res(SKIP, expected, f"service not running (see engine.{inst.name}.state)")
+    got = rules(c).cache(c, inst)
+    if got is None:
+        return res(SKIP, expected, f"{c.d.engine} exposes no cache counters kvprov reads (or they were not "
+                                   "collected: `kvprov audit` does not probe)")
+    values, problems = got
+    figures = ", ".join(f"{k} {v:g}" for k, v in values.items())
+    if problems:
+        return res(FAIL, expected, "; ".join(problems) + (f" ({figures})" if figures else ""),
+                   f"read `journalctl -u {inst.unit} -b -n 200`")
+    return res(PASS, expected, figures)
