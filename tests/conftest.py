@@ -7,7 +7,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
-LAB_CONTAINERS = 2  # kvlab-c1 is deployed to; kvlab-c2 stays fresh for the check-mode test
+LAB_CONTAINERS = 3  # kvlab-c1 is deployed to; kvlab-c2 stays fresh for the check-mode test; kvlab-c3 runs a real engine
 
 
 def kvprov(*args: str, timeout: float = 900, check: bool = False) -> subprocess.CompletedProcess:

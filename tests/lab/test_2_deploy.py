@@ -62,7 +62,7 @@ def test_check_mode_on_fresh_hosts_changes_nothing(lab):
 
 @pytest.fixture(scope="module")
 def deployed(lab):
-    r, result = deploy(lab["inventory"], "--limit", "gpu_nodes:!kvlab-c2")
+    r, result = deploy(lab["inventory"], "--limit", "kvlab-gpu1,kvlab-c1")
     assert r.returncode == 0, r.stdout + r.stderr
     return result
 
@@ -103,7 +103,7 @@ def test_nixl_config_unit_and_storage_dir_are_in_place(deployed):
     state = sh(GPU1, "systemctl start kvprov-sglang-main; systemctl show -p ActiveState -p ConditionResult "
                      "-p NRestarts kvprov-sglang-main").split()
     assert sorted(state) == ["ActiveState=inactive", "ConditionResult=no", "NRestarts=0"]
-    assert sh(GPU1, "stat -c '%U %a' /mnt/kvcache/kvlab-gpu1/main").split() == ["sglang", "750"]
+    assert sh(GPU1, "stat -c '%U %a' /mnt/kvcache/kvlab-gpu1/main").split() == ["kvprov-engine", "750"]
 
 
 def test_container_gets_the_local_profile(deployed):
@@ -135,7 +135,7 @@ def test_render_writes_what_deploy_wrote(deployed, lab, tmp_path):
 
 
 def test_second_deploy_changes_nothing(deployed, lab):
-    r, result = deploy(lab["inventory"], "--limit", "gpu_nodes:!kvlab-c2")
+    r, result = deploy(lab["inventory"], "--limit", "kvlab-gpu1,kvlab-c1")
     assert r.returncode == 0, r.stdout + r.stderr
     assert {h: s["changed"] for h, s in result["hosts"].items()} == {"kvlab-gpu1": 0, "kvlab-c1": 0}
 

