@@ -430,6 +430,16 @@ def listen_address(value: str) -> list[Finding]:
     return []
 
 
+def networks(value: list) -> list[Finding]:
+    out = []
+    for i, item in enumerate(value):
+        try:
+            ipaddress.ip_network(str(item), strict=False)
+        except ValueError:
+            out.append(Finding(f'item {i + 1}: "{item}" is not an address or CIDR (e.g. 10.0.0.0/8)', (i,)))
+    return out
+
+
 def model_path(value: str) -> list[Finding]:
     if not value or re.search(r"[\s'\"\\$%]", value):
         return [Finding(f'"{value}" must be a Hugging Face id or an absolute directory without spaces, quotes, '
@@ -461,14 +471,51 @@ def absolute_or_empty(value: str) -> list[Finding]:
     return absolute_path(value) if value else []
 
 
-# LMCache 0.5.6 in-process keys kvprov_lmcache_inproc_config may add (the role sets the tier's own).
-LMCACHE_KEYS = {"chunk_size", "local_cpu", "max_local_cpu_size", "local_disk", "max_local_disk_size",
-                "remote_url", "remote_serde", "save_decode_cache", "enable_blending", "blend_recompute_ratio",
-                "blend_min_tokens", "save_unfull_chunk", "gds_path", "gds_buffer_size", "use_layerwise",
-                "enable_async_loading", "extra_config", "cache_policy", "numa_mode", "min_retrieve_tokens",
-                "priority_limit", "lookup_timeout_ms", "hit_miss_ratio", "blocking_timeout_secs",
-                "external_lookup_client", "py_enable_gc", "cache_eviction_policy"}
-LMCACHE_RENAMED = {"cufile_buffer_size": "gds_buffer_size (cufile_buffer_size is ignored with only a warning)"}
+# LMCache 0.5.6's configuration keys (lmcache.v1.config._CONFIG_DEFINITIONS; a unit test
+# compares them with the installed LMCache), and its renamed ones. LMCache only logs an
+# unknown key and drops it.
+LMCACHE_KEYS = frozenset({
+    "app_id", "audit_actual_remote_url", "blend_check_layers", "blend_min_tokens", "blend_recompute_ratios",
+    "blend_special_str", "blend_thresholds", "blocking_timeout_secs", "cache_policy", "chunk_size",
+    "chunk_statistics_auto_exit_target_unique_chunks", "chunk_statistics_auto_exit_timeout_hours",
+    "chunk_statistics_auto_start_statistics", "chunk_statistics_strategy", "controller_pull_url",
+    "controller_reply_url", "enable_async_loading", "enable_blending", "enable_chunk_statistics",
+    "enable_controller", "enable_hidden_state_cache", "enable_kv_events", "enable_lazy_memory_allocator",
+    "enable_p2p", "enable_pd", "enable_scheduler_bypass_lookup", "external_lookup_client", "extra_config",
+    "gds_backend", "gds_buffer_size", "gds_path", "gds_path_sharding", "hidden_state_layers",
+    "hidden_states_retrieve_mode", "hit_miss_ratio", "internal_api_server_enabled",
+    "internal_api_server_host", "internal_api_server_include_index_list", "internal_api_server_port_start",
+    "internal_api_server_socket_path_prefix", "lazy_memory_expand_trigger_ratio",
+    "lazy_memory_initial_ratio", "lazy_memory_safe_size", "lazy_memory_step_ratio", "lmcache_instance_id",
+    "lmcache_worker_heartbeat_delay_time", "lmcache_worker_heartbeat_time", "lmcache_worker_ids",
+    "lmcache_worker_ports", "local_cpu", "local_cpu_use_hugepages", "local_disk",
+    "local_disk_path_sharding", "lookup_server_worker_ids", "lookup_timeout_ms", "maru_path",
+    "maru_pool_size", "max_hidden_state_cpu_size", "max_local_cpu_size", "max_local_disk_size",
+    "min_retrieve_tokens", "mp_host", "mp_port", "nixl_backends", "nixl_buffer_device", "nixl_buffer_size",
+    "numa_mode", "p2p_host", "p2p_init_ports", "p2p_lookup_ports", "pd_allocation_timeout_sec",
+    "pd_backend_mode", "pd_bidirectional", "pd_buffer_device", "pd_buffer_size",
+    "pd_condition_poll_interval_sec", "pd_max_prefill_len", "pd_peer_alloc_port", "pd_peer_host",
+    "pd_peer_init_port", "pd_peer_query_port", "pd_proxy_host", "pd_proxy_port", "pd_role",
+    "pd_shutdown_timeout_sec", "pd_skip_proxy_notification", "pin_check_interval_sec", "pin_timeout_sec",
+    "pre_caching_hash_algorithm", "priority_limit", "py_enable_gc", "remote_config_url", "remote_serde",
+    "remote_storage_plugins", "remote_url", "reserve_local_cpu_size", "retrieve_locations",
+    "run_script_api_enabled", "runtime_plugin_locations", "save_decode_cache", "save_unfull_chunk",
+    "script_allowed_imports", "storage_plugins", "store_location", "transfer_channel", "use_gds",
+    "use_gpu_connector_v3", "use_layerwise"})
+LMCACHE_RENAMED = {
+    "cufile_buffer_size": "gds_buffer_size (cufile_buffer_size is ignored with only a warning)",
+    "enable_xpyd": "enable_pd",
+    "nixl_peer_host": "pd_peer_host",
+    "nixl_peer_init_port": "pd_peer_init_port",
+    "nixl_peer_alloc_port": "pd_peer_alloc_port",
+    "nixl_proxy_host": "pd_proxy_host",
+    "nixl_proxy_port": "pd_proxy_port",
+    "nixl_role": "pd_role",
+    "controller_url": "controller_pull_url",
+    "lmcache_worker_port": "lmcache_worker_ports",
+    "plugin_locations": "runtime_plugin_locations",
+    "external_backends": "storage_plugins",
+}
 
 
 def lmcache_config(value: dict) -> list[Finding]:
@@ -548,6 +595,7 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_vllm_offload_shm_headroom_bytes": int_range(0),
     "kvprov_lmcache_mp_l1_size_gb": positive_number,
     "kvprov_lmcache_mp_host": listen_address,
+    "kvprov_lmcache_mp_metrics_allow": networks,
     "kvprov_lmcache_mp_l2_size_gb": non_negative,
     "kvprov_lmcache_mp_nixl_file_size": int_range(4096, note=" (bytes; at least one KV chunk)"),
     "kvprov_lmcache_mp_nixl_pool_size": int_range(1),
@@ -857,9 +905,13 @@ def _lmcache_mp(h: HostView) -> list[Problem]:
 
 def _lmcache_inproc(h: HostView) -> list[Problem]:
     out = []
+    if h.get("kvprov_lmcache_inproc_tier") == "nixl" and h.get("kvprov_lmcache_inproc_max_local_cpu_size") == 0:
+        out.append(h.problem("kvprov_lmcache_inproc_max_local_cpu_size",
+                             "the nixl tier stages through LMCache's host DRAM pool (nixl_buffer_device cpu): "
+                             "LMCache refuses max_local_cpu_size 0 (\"requires max_local_cpu_size > 0\")"))
     extra = h.get("kvprov_lmcache_inproc_config") or {}
     for key in sorted(set(extra) & {"local_disk", "max_local_disk_size", "gds_path", "gds_buffer_size", "chunk_size",
-                                    "local_cpu", "max_local_cpu_size", "extra_config"}):
+                                    "local_cpu", "max_local_cpu_size", "extra_config", "nixl_buffer_device"}):
         out.append(h.problem("kvprov_lmcache_inproc_config",
                              f"{key} is set by kvprov's own variables (kvprov_lmcache_inproc_*): remove it here",
                              key))
