@@ -200,13 +200,16 @@ _SHOW_ARGV = re.compile(r"argv\[\]=(.*?) ; ignore_errors=")
 
 
 def exec_argv(value: str, from_show: bool) -> list[str]:
-    """The argv of an ExecStart= value: a unit file's line, or `systemctl show`'s
-    `{ path=... ; argv[]=ARGS ; ignore_errors=... }` (systemd quotes like a shell)."""
+    """The argv of an ExecStart= value: a unit file's line (quoted like a shell), or
+    `systemctl show`'s `{ path=... ; argv[]=ARGS ; ignore_errors=... }`, where systemd
+    joins the arguments with single spaces and quotes nothing (strv_join): split on the
+    spaces, so a JSON argument keeps its quotes (an argument holding a space cannot be
+    told apart there: the running process's command line has it right)."""
     if from_show:
         m = _SHOW_ARGV.search(value)
         if not m:
             raise ParseError(f"no argv[] in ExecStart={value[:80]}")
-        value = m.group(1)
+        return m.group(1).split(" ")
     try:
         return shlex.split(value)
     except ValueError as e:

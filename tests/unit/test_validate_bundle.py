@@ -174,22 +174,33 @@ def test_desired_lists_every_problem():
     del data["storage"]["server"]
     data["storage"]["pnfs_layout"] = "flexfiles"
     data["gds"]["allow_compat_mode"] = "false"
-    data["sglang"]["instances"][0]["port"] = "8000"
+    data["engine"]["instances"][0]["port"] = "8000"
+    data["engine"]["name"] = "sglang"
     with pytest.raises(DesiredError) as e:
         Desired.from_dict(data)
     assert e.value.problems == [
         "storage.server: missing",
         "storage.pnfs_layout: 'flexfiles' is not one of files, block, none",
         'gds.allow_compat_mode: must be a boolean, got "false"',
-        "sglang.instances: [0].port: must be an integer"]
+        "engine.name: 'sglang' is not one of sglang_hicache, vllm_offload, lmcache_mp, lmcache_inproc",
+        "engine.instances: [0].port: must be an integer"]
     assert e.value.exit_code == EXIT_USAGE
 
 
 @pytest.mark.parametrize("data, fragment", [
     ([], "must be a JSON object"),
-    ({**lab_desired(), "format": 3}, "format: 3; this kvprov reads bundle format 2 (a newer kvprov wrote it: upgrade"),
+    ({**lab_desired(), "format": 4}, "format: 4; this kvprov reads bundle format 3 (a newer kvprov wrote it: upgrade"),
+    ({**lab_desired(), "format": 2}, "format: 2; this kvprov reads bundle format 3"),  # format 2 without "sglang"
     ({**lab_desired(), "storage": "nfs"}, "storage.profile: missing"),
-    ({**lab_desired(), "sglang": {"user": "s", "install": True, "instances": [{"name": "x"}]}}, "exactly the keys"),
+    ({**lab_desired(), "engine": {**lab_desired()["engine"], "instances": [{"name": "x"}]}}, "exactly the keys"),
+    ({**{k: v for k, v in lab_desired().items() if k != "engine"}, "format": 2,
+      "sglang": {"user": "s", "install": True, "instances": [{"name": "x"}]}}, "exactly the keys"),
+    ({**lab_desired(), "engine": {**lab_desired()["engine"], "name": None}}, "engine.name"),
+    ({**lab_desired(), "engine": {**lab_desired()["engine"], "instances": [
+        {**lab_desired()["engine"]["instances"][0], "lmcache_port": "8100"}]}},
+     "[0].lmcache_port: must be an integer or null"),
+    ({**lab_desired(), "engine": {**lab_desired()["engine"], "instances": [
+        {**lab_desired()["engine"]["instances"][0], "units": [1]}]}}, "[0].units: must be a list of strings"),
 ])
 def test_desired_shapes(data, fragment):
     with pytest.raises(DesiredError, match=None) as e:

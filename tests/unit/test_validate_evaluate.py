@@ -82,14 +82,17 @@ def test_good_lab_host_proves_rdma_and_the_block_layout():
 
 def test_good_gpu_host_proves_gds_and_both_instances():
     rs = results("gpu_a01")
-    assert statuses(rs) == {**{k: PASS for k in rs}, "mount.local_dir": SKIP, "gds.udev": SKIP}
+    assert statuses(rs) == {**{k: PASS for k in rs}, "mount.local_dir": SKIP, "gds.udev": SKIP,
+                            "engine.gpu0-3.cache": SKIP, "engine.gpu4-7.cache": SKIP}
     assert rs["mount.transport"].found.startswith("xprt: rdma, rdma")  # trunked: one line per transport
     assert rs["mount.pnfs_layout"].found == "pnfs=LAYOUT_NFSV4_1_FILES"
     assert rs["gds.cufile_rdma_addrs"].found == "192.168.10.101, 192.168.11.101"
-    checks = ("unit", "state", "storage_env", "storage_dir", "health")
+    checks = ("unit", "state", "storage_env", "storage_dir", "health", "cache")
     assert [k for k in rs if k.startswith("engine.")] == [
         f"engine.{i}.{c}" for i in ("gpu0-3", "gpu4-7") for c in checks]
     assert rs["engine.gpu4-7.health"].found == "GET http://127.0.0.1:8001/health: 200"
+    assert rs["engine.gpu0-3.cache"].found == ("sglang_hicache exposes no cache counters kvprov reads (or they were "
+                                               "not collected: `kvprov audit` does not probe)")
 
 
 def test_local_profile_skips_nfs_and_rdma():
@@ -165,8 +168,9 @@ def test_toml_without_active_flag():
 def test_storage_dir_on_tmp():
     r = results("lab_storage_tmp")["engine.main.storage_env"]
     assert r.status == FAIL
-    assert "=/tmp/hicache_storage (systemctl show)" in r.found and "on local /tmp" in r.found
-    assert r.expected == ("SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=/mnt/kvcache/kvlab-gpu1/main "
+    assert "/tmp/hicache_storage (SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR, systemctl show)" in r.found
+    assert "on local /tmp" in r.found
+    assert r.expected == ("the sglang_hicache storage directory /mnt/kvcache/kvlab-gpu1/main "
                           "(on the KV mount /mnt/kvcache)")
 
 
@@ -468,9 +472,21 @@ def test_engine_unit_problems():
     sub(files, "systemctl/kvprov-sglang-main.service.txt", "NeedDaemonReload=no", "NeedDaemonReload=yes")
     r = run(files)["engine.main.unit"]
     assert r.status == FAIL and "UnitFileState=disabled: not started at boot" in r.found and "daemon-reload" in r.found
+    # what systemd runs (systemctl show) is judged, not only the file: a relative TOML path
+    files = sub(files_of("lab_gpu1"), "systemctl/kvprov-sglang-main.service.txt",
+                "@/etc/kvprov/nixl_backend_config.toml", "@nixl_backend_config.toml")
+    r = run(files)["engine.main.unit"]
+    assert (r.status, r.found) == (FAIL, "ExecStart does not pass --hicache-storage-backend-extra-config "
+                                         "@/etc/kvprov/nixl_backend_config.toml (systemctl show)")
+    assert r.fix == "kvprov deploy INVENTORY --limit kvlab-gpu1 --tags engine"
+    # without ExecStart in `systemctl show`, the unit file's line is judged
     files = sub(files_of("lab_gpu1"), "files/etc/systemd/system/kvprov-sglang-main.service",
                 "@/etc/kvprov/nixl_backend_config.toml", "@nixl_backend_config.toml")
-    assert "does not pass --hicache-storage-backend-extra-config" in run(files)["engine.main.unit"].found
+    files["systemctl/kvprov-sglang-main.service.txt"] = b"".join(
+        line for line in files["systemctl/kvprov-sglang-main.service.txt"].splitlines(keepends=True)
+        if not line.startswith(b"ExecStart="))
+    assert run(files)["engine.main.unit"].found == ("ExecStart does not pass --hicache-storage-backend-extra-config "
+                                                    "@/etc/kvprov/nixl_backend_config.toml (the unit file)")
 
 
 def test_storage_env_unset_shared_or_off_mount():
@@ -478,10 +494,11 @@ def test_storage_env_unset_shared_or_off_mount():
     unset = sub(files_of("lab_gpu1"), name, "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=/mnt/kvcache/kvlab-gpu1/main ", "")
     r = run(unset)["engine.main.storage_env"]
     assert r.status == FAIL
-    assert "not set (systemctl show): SGLang silently falls back to /tmp/hicache_storage" in r.found
+    assert r.found.startswith("no storage directory is set (SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR, systemctl "
+                              "show): SGLang silently falls back to /tmp/hicache_storage")
     dup = sub(files_of("lab_gpu1"), name, "=/mnt/kvcache/kvlab-gpu1/main ",
               "=/mnt/kvcache/kvlab-gpu1/main,/mnt/kvcache/kvlab-gpu1/main ")
-    assert "listed twice" in run(dup)["engine.main.storage_env"].found
+    assert "listed twice: SGLang refuses to start" in run(dup)["engine.main.storage_env"].found
     local = sub(files_of("lab_gpu1"), name, "=/mnt/kvcache/kvlab-gpu1/main ", "=/var/lib/sglang/kv ")
     assert "not under the KV mount /mnt/kvcache: local disk" in run(local)["engine.main.storage_env"].found
     shared = sub(files_of("gpu_a01"), "systemctl/kvprov-sglang-gpu4-7.service.txt", "/gpu4-7 ", "/gpu0-3 ")
@@ -492,7 +509,8 @@ def test_storage_env_from_the_unit_file_when_systemctl_is_missing():
     files = files_of("lab_storage_tmp")
     del files["systemctl/kvprov-sglang-main.service.txt"]
     r = run(files)["engine.main.storage_env"]
-    assert r.status == FAIL and "(the unit file)" in r.found and "/tmp/hicache_storage" in r.found
+    assert r.status == FAIL
+    assert r.found.startswith("/tmp/hicache_storage (SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR, the unit file): ")
 
 
 def test_storage_dir_missing_unwritable_or_off_the_mount():
@@ -519,7 +537,8 @@ def test_packages_missing():
 
 def test_hostile_desired_names_do_not_escape_the_bundle():
     def change(d):
-        d["sglang"]["instances"][0]["unit"] = "../../../etc/passwd"
+        d["engine"]["instances"][0]["unit"] = "../../../etc/passwd"
+        d["engine"]["instances"][0]["units"] = ["../../../etc/passwd"]
         d["nixl"]["config_path"] = "/../../../etc/passwd"
     rs = run(edit_json(files_of("lab_gpu1"), bf.DESIRED, change))
     assert "not a systemd unit name" in rs["engine.main.unit"].found
@@ -527,7 +546,7 @@ def test_hostile_desired_names_do_not_escape_the_bundle():
 
 
 def test_no_instances():
-    rs = run(edit_json(files_of("lab_gpu1"), bf.DESIRED, lambda d: d["sglang"].update(instances=[])))
+    rs = run(edit_json(files_of("lab_gpu1"), bf.DESIRED, lambda d: d["engine"].update(instances=[])))
     assert rs["engine.instances"].status == SKIP and not any(k.startswith("engine.main") for k in rs)
 
 
@@ -549,7 +568,7 @@ def test_evaluate_bundle_usage_errors(tmp_path):
 
 def test_summary_counts():
     s = results("lab_tcp_fallback")["summary"]
-    assert (s.status, s.found) == (FAIL, "18 pass, 4 fail, 0 warn, 11 skip")
+    assert (s.status, s.found) == (FAIL, "18 pass, 4 fail, 0 warn, 12 skip")
 
 
 def test_engine_state_without_gpu_json_when_not_installed():
@@ -557,7 +576,7 @@ def test_engine_state_without_gpu_json_when_not_installed():
     del files[bf.GPU]
     rs = run(files)
     assert rs["engine.main.state"].status == PASS  # install: false decides alone
-    assert "kvprov_sglang_install is false" in rs["engine.main.state"].found
+    assert "kvprov_engine_install is false" in rs["engine.main.state"].found
     assert rs["gds.gpu"].found == "gpu.json: missing from the bundle"
 
 

@@ -306,3 +306,22 @@ def test_version_tuple():
     assert parsers.version_tuple("4") == (4, 0)
     assert parsers.version_tuple("4.0") < (4, 1) <= parsers.version_tuple("4.2")
     assert parsers.version_tuple("4.x") is None and parsers.version_tuple("9" * 50) is None
+
+
+# ---------------------------------------------------------------------------- ExecStart
+
+def test_exec_argv_of_systemctl_show_keeps_json_arguments():
+    """systemd prints argv[] joined with spaces, unquoted (strv_join): a JSON flag's quotes
+    are its own, not shell quoting."""
+    show = ('{ path=/opt/kvprov/vllm/bin/python3 ; argv[]=/opt/kvprov/vllm/bin/python3 -m x --port 8000 '
+            '--kv-transfer-config {"kv_connector":"LMCacheMPConnector","kv_role":"kv_both"} ; ignore_errors=no ; '
+            'start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }')
+    assert parsers.exec_argv(show, from_show=True) == [
+        "/opt/kvprov/vllm/bin/python3", "-m", "x", "--port", "8000", "--kv-transfer-config",
+        '{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both"}']
+    unit = "/opt/x/python3 -m x \\\n    --kv-transfer-config '{\"kv_role\":\"kv_both\"}'".replace("\\\n    ", "")
+    assert parsers.exec_argv(unit, from_show=False)[-1] == '{"kv_role":"kv_both"}'
+    with pytest.raises(ParseError, match="no argv"):
+        parsers.exec_argv("{ path=/x }", from_show=True)
+    with pytest.raises(ParseError, match="ExecStart: No closing quotation"):
+        parsers.exec_argv("/x 'open", from_show=False)

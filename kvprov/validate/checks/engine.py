@@ -259,7 +259,8 @@ def engine_storage_env(c: Context, inst: Instance) -> Result:
     dirs = [x.strip() for x in value.split(",") if x.strip()]
     problems = []
     if len(set(dirs)) != len(dirs):
-        problems.append("a directory is listed twice: SGLang refuses to start")
+        problems.append("a directory is listed twice"
+                        + (": SGLang refuses to start" if c.d.engine == "sglang_hicache" else ""))
     for d in dirs:
         if not d.startswith("/"):
             problems.append(f"{show(d)} is relative: it resolves against the service's working directory")
