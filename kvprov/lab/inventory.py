@@ -57,6 +57,7 @@ ENGINE_VARS = {
     # PyPI's builds of these fail to import beside the CPU torch; serving text needs none of them
     "kvprov_engine_pip_remove": ["torchvision", "torchaudio", "torchcodec"],
     "kvprov_engine_environment": {"VLLM_CPU_KVCACHE_SPACE": "1"},  # GiB of KV cache on the CPU
+    "kvprov_engine_extra_args": ["--enforce-eager"],  # no torch.compile: the lab image has no C++ compiler
     "kvprov_vllm_package": "vllm-cpu",
     "kvprov_vllm_version": "0.32.0",
     "kvprov_lmcache_version": "0.5.6",

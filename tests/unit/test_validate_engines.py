@@ -388,7 +388,17 @@ def test_lmcache_mp_server_metrics_missing_a_counter(tmp_path):
     b.write("metrics/main-server.txt", prometheus({k: v for k, v in SERVER_METRICS.items() if "l2" not in k}, ""))
     r = b.results()["engine.main.cache"]
     assert r.status == FAIL
-    assert r.found.startswith("lmcache_mp_lookup_hit_l2_tokens_total is not exposed by the LMCache server (")
+    assert r.found.startswith("lmcache_mp_lookup_hit_l2_tokens_total is not exposed by the LMCache server after "
+                              "requests were served (")
+
+
+def test_lmcache_mp_server_counters_appear_with_the_first_lookup(tmp_path):
+    """Right after a deploy nothing was served: the server has not registered its lookup counters yet."""
+    b = EngineBundle(tmp_path, "lmcache_mp")
+    b.write("metrics/main-server.txt", "")
+    b.write("metrics/main.txt", prometheus({k: 0 for k in VLLM_METRICS}, ""))
+    r = b.results()["engine.main.cache"]
+    assert r.status == PASS and "vllm:prefix_cache_queries_total 0" in r.found
 
 
 # ---------------------------------------------------------------------------- vllm_offload

@@ -56,7 +56,10 @@ def mp_cache(c: Context, inst: Instance) -> tuple[dict[str, float], list[str]] |
     values, problems = vllm or ({}, [])
     if server is None:
         return values, problems + ["the LMCache server's /metrics was not captured"]
-    problems = problems + [f"{k} is not exposed by the LMCache server" for k in SERVER_COUNTERS if k not in server]
+    # the server registers its lookup counters at its first lookup
+    if values.get("vllm:prefix_cache_queries_total", 0) > 0:
+        problems = problems + [f"{k} is not exposed by the LMCache server after requests were served"
+                               for k in SERVER_COUNTERS if k not in server]
     return {**values, **{k: server[k] for k in SERVER_COUNTERS if k in server}}, problems
 
 
