@@ -1029,6 +1029,30 @@ def _shared(a: StorageDir, b: StorageDir, severity: str) -> Problem:
     return Problem(b.location[0], b.location[1], b.host, b.variable, msg, severity)
 
 
+# ---- prefix hash seeds
+
+HASHED_ENGINES = ("vllm_offload", "lmcache_inproc")  # prefix keys hash with Python's hash()
+
+
+def hash_seeds(hosts: list[HostView]) -> list[Problem]:
+    """vLLM's native offloading and LMCache in-process key pages by hashes that depend on
+    PYTHONHASHSEED: hosts sharing a volume with different seeds never hit each other's pages."""
+    first: dict[tuple, tuple[str, Any]] = {}
+    out = []
+    for h in hosts:
+        if h.get("kvprov_engine") not in HASHED_ENGINES or h.get("kvprov_storage_profile") not in NFS_PROFILES:
+            continue
+        volume = (str(h.get("kvprov_storage_server") or "").lower(), posixpath.normpath(h.get("kvprov_storage_export") or "/"))
+        seed = h.get("kvprov_engine_hash_seed")
+        other = first.setdefault(volume, (h.host.name, seed))
+        if seed != other[1]:
+            out.append(h.problem("kvprov_engine_hash_seed",
+                                 f"{seed} differs from host {other[0]}'s {other[1]} on the same volume "
+                                 f"{volume[0]}:{volume[1]}: prefix keys differ, so neither host ever hits the "
+                                 "other's pages; use one seed for every host"))
+    return out
+
+
 # ---------------------------------------------------------------------------- check
 
 def check(inv: Inventory, specs: dict[str, VarSpec] | None = None) -> list[Problem]:
@@ -1043,6 +1067,7 @@ def check(inv: Inventory, specs: dict[str, VarSpec] | None = None) -> list[Probl
         dirs += storage_dirs(HostView(host, specs))
     problems += [p for d in dirs for p in d.problems]
     problems += shared_storage_dirs(dirs)
+    problems += hash_seeds([HostView(host, specs) for host in inv.hosts])
     return sorted(_unique(problems), key=lambda p: (p.file or "", p.line or 0, p.host or "", p.message))
 
 
