@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import math
 import posixpath
 import re
 import sys
@@ -49,7 +50,9 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 INSTANCE_NAME = re.compile(r"[a-z0-9_-]+")
-SIMPLE_PATH = re.compile(r"/[A-Za-z0-9_./-]+")
+SIMPLE_PATH = re.compile(r"/[A-Za-z0-9_./-]*")
+TOML_KEY = re.compile(r"[A-Za-z0-9_]+")
+NETDEV = re.compile(r"[A-Za-z0-9_.-]{1,15}")  # a Linux interface name (IFNAMSIZ), safe in a shell word
 TRUE_FALSE_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n"}
 
 
@@ -221,8 +224,14 @@ def non_negative(value: Any) -> list[Finding]:
 # ---- paths
 
 def absolute_path(value: str) -> list[Finding]:
+    """An absolute, plain path: it lands in units (where systemd splits on spaces and expands
+    % and $) and in file tasks run as root."""
     if not value.startswith("/"):
         return [Finding(f'"{value}" is not an absolute path: start it with /')]
+    if ".." in value.split("/"):
+        return [Finding(f'"{value}" must not contain ..')]
+    if not SIMPLE_PATH.fullmatch(value):
+        return [Finding(f'"{value}" may hold only letters, digits, _ . / - (no spaces, quotes, %, $)')]
     return []
 
 
@@ -312,12 +321,24 @@ def nixl_plugins(value: dict) -> list[Finding]:
     return out
 
 
+def toml_scalar(where: str, key: Any, value: Any, path: tuple) -> list[Finding]:
+    """A key and value kvprov writes into the NIXL TOML: a bare key (a dotted one would make
+    another table, e.g. a second active plugin) and a finite scalar."""
+    if not isinstance(key, str) or not TOML_KEY.fullmatch(key):
+        return [Finding(f'{where}"{key}" is not a plain TOML key ([A-Za-z0-9_]+: a dot would start another '
+                        "table, e.g. a second active plugin)", path)]
+    if value is None or isinstance(value, (list, dict)):
+        return [Finding(f"{where}{key}: values must be scalars (string, number, boolean), got {describe(value)}",
+                        path)]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [Finding(f"{where}{key}: {value} is not a number NIXL or SGLang can read", path)]
+    return []
+
+
 def _plugin_table(name: str, table: dict) -> list[Finding]:
     out = []
     for key, v in table.items():
-        if v is None or isinstance(v, (list, dict)):
-            out.append(Finding(f"[plugin.{name}] {key}: values must be scalars (string, number, "
-                               f"boolean), got {describe(v)}", (name, key)))
+        out += toml_scalar(f"[plugin.{name}] ", key, v, (name, key))
     if "active" in table and not isinstance(table["active"], bool):
         out.append(Finding(f"[plugin.{name}] active: {type_error(table['active'], 'bool')}",
                            (name, "active")))
@@ -333,8 +354,10 @@ def nixl_backend_options(value: dict) -> list[Finding]:
     for key, v in value.items():
         if key in ("use_direct_io", "l3_cleaner_enabled") and not isinstance(v, bool):
             out.append(Finding(f"{key}: {type_error(v, 'bool')}", (key,)))
-        elif v is None or isinstance(v, dict):
-            out.append(Finding(f"{key}: {describe(v)} has no TOML form here: give a scalar or a list", (key,)))
+        elif isinstance(v, list):
+            out += [f for item in v for f in toml_scalar("", key, item, (key,))]
+        else:
+            out += toml_scalar("", key, v, (key,))
     return out
 
 
@@ -548,6 +571,20 @@ def ip_addresses(value: list) -> list[Finding]:
     return out
 
 
+def netdevs(value: list) -> list[Finding]:
+    return [Finding(f'item {i + 1}: "{v}" is not a network interface name (letters, digits, _ . -, at most 15)', (i,))
+            for i, v in enumerate(value) if isinstance(v, str) and not NETDEV.fullmatch(v)]
+
+
+def mount_option_words(value: list) -> list[Finding]:
+    """Mount options land in the mount unit's Options= line: no spaces, quotes, % or $."""
+    out = extra_options(value)
+    out += [Finding(f'item {i + 1}: "{v}" may hold only letters, digits and _ . , = : / + - (it is written into '
+                    "the mount unit's Options=)", (i,))
+            for i, v in enumerate(value) if isinstance(v, str) and not re.fullmatch(r"[A-Za-z0-9_.,=:/+-]+", v)]
+    return out
+
+
 # One variable's own rules (after its spec type has been checked).
 VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_storage_nfs_port": int_range(0, 65535, note=" (0 takes the profile's port: 20049 RDMA, 2049 TCP)"),
@@ -570,7 +607,8 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_bench_dir": absolute_path,
     "kvprov_storage_mount_point": mount_point,
     "kvprov_storage_server": storage_server,
-    "kvprov_storage_extra_options": extra_options,
+    "kvprov_storage_extra_options": mount_option_words,
+    "kvprov_rdma_soft_roce_netdevs": netdevs,
     "kvprov_nixl_config_path": absolute_path,
     "kvprov_nixl_venv": absolute_path,
     "kvprov_sglang_venv": absolute_path,
@@ -734,6 +772,8 @@ def _nfs_server_and_export(h: HostView, profile: str) -> list[Problem]:
     if isinstance(export, str) and not export.startswith("/"):
         out.append(h.problem("kvprov_storage_export",
                              f'"{export}" is not an absolute path: the junction path starts with / (e.g. /kvcache)'))
+    elif isinstance(export, str) and absolute_path(export):  # it lands in the mount unit's What=
+        out.append(h.problem("kvprov_storage_export", absolute_path(export)[0].message))
     return out
 
 

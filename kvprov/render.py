@@ -20,6 +20,8 @@ def render(inventory: str, out: Path, host: str | None = None) -> list[Path]:
             continue
         for dest, f in state["files"].items():
             path = out / name / dest.lstrip("/")
+            if not path.resolve().is_relative_to(out.resolve()):  # a host or path with .. in it
+                raise KvprovError(f"{inventory}: host {name}: {dest} would be written outside {out}", EXIT_USAGE)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(f["content"])
             path.chmod(int(f["mode"], 8))

@@ -1,0 +1,50 @@
+"""Every engine unit kvprov renders (all four engines, their servers) is hardened:
+`systemd-analyze security --offline=true` rates its exposure at most 3.5, and
+`systemd-analyze verify` accepts it. The lab proves the hardened unit really serves
+(tests/lab/test_5_engine.py: vLLM CPU + LMCache MP run under these units)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, kvprov
+
+MAX_EXPOSURE = 3.5
+
+
+@pytest.fixture(scope="module")
+def units(tmp_path_factory) -> list[Path]:
+    out = tmp_path_factory.mktemp("render")
+    for inv in ("inventory/example.yml", "inventory/lab-engine.yml"):
+        kvprov("render", str(ROOT / inv), "--out", str(out), check=True)
+    found = sorted(p for p in out.glob("*/etc/systemd/system/kvprov-*.service")
+                   if any(w in p.name for w in ("-sglang-", "-vllm-", "-lmcache-")))
+    assert {p.name.split("-")[1] for p in found} == {"sglang", "vllm", "lmcache"}
+    return found
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze on this machine")
+def test_every_engine_unit_is_rated_at_most_3_5(units):
+    scores = {}
+    for unit in units:
+        r = subprocess.run(["systemd-analyze", "security", "--offline=true", unit.name], cwd=unit.parent,
+                           capture_output=True, text=True, timeout=60)
+        m = re.search(r"Overall exposure level for \S+: (\d+\.\d)", r.stdout)
+        assert m, r.stdout[-2000:] + r.stderr[-2000:]
+        scores[f"{unit.parent.parent.parent.parent.name}/{unit.name}"] = float(m.group(1))
+    assert max(scores.values()) <= MAX_EXPOSURE, scores
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze on this machine")
+def test_every_engine_unit_verifies(units):
+    for unit in units:
+        r = subprocess.run(["systemd-analyze", "verify", unit.name], cwd=unit.parent, capture_output=True,
+                           text=True, timeout=60)
+        problems = [line for line in r.stderr.splitlines() if "is not executable" not in line
+                    and "No such file or directory" not in line]  # the engine is not installed here
+        assert not problems, f"{unit}: {problems}"
