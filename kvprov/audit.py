@@ -240,7 +240,7 @@ def add_parser(sub) -> None:
 def _outputs(args, results: list[Result]) -> None:
     write_reports(args, results, "kvprov audit", everything=args.verbose)
     if args.prom:
-        write_file(args.prom, to_prom(results, time.time()))
+        write_file(args.prom, to_prom(results, time.time()), mode=0o644)  # node_exporter reads it
 
 
 def _exit_code(results: list[Result]) -> int:

@@ -3,6 +3,7 @@ DIR/<host>/ (docs/bundle.md), one module call per host (playbooks/collect.yml)."
 
 from __future__ import annotations
 
+import os
 import posixpath
 import sys
 from pathlib import Path
@@ -29,8 +30,12 @@ def write_bundle(root: Path, files: dict) -> list[str]:
         if rel is None or not isinstance(text, str):
             continue
         path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # a capture holds the host's configuration: readable by its owner only, never through a link
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            fh.write(text)
         written.append(rel)
     return written
 

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from pathlib import Path
@@ -123,14 +124,24 @@ def to_junit(results: list[Result], name: str = "kvprov validate") -> str:
 
 # ---------------------------------------------------------------------------- writing them
 
-def write_file(path: str, text: str) -> None:
-    """Write a report file atomically (readers such as node_exporter never see half of it)."""
-    tmp = Path(f"{path}.tmp.{os.getpid()}")
+def write_file(path: str, text: str, mode: int = 0o600) -> None:
+    """Write a report atomically (readers such as node_exporter never see half of it): a new
+    file in the target's directory, flushed to disk, then renamed over it. Reports name hosts
+    and paths: 0600 unless the reader needs more (the Prometheus textfile: 0644)."""
+    target = Path(path)
     try:
-        tmp.write_text(text)
-        tmp.replace(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fchmod(fh.fileno(), mode)
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
         raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
 
 

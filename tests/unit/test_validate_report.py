@@ -3,6 +3,8 @@
 import json
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from kvprov.validate import evaluate as ev
 from kvprov.validate import report
 from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result
@@ -97,3 +99,31 @@ def test_ok_allows_warnings_and_skips():
     assert report.ok([Result("a", "mount", WARN), Result("b", "mount", SKIP), Result("c", "mount", PASS)])
     assert not report.ok([Result("a", "mount", FAIL)])
     assert report.format_table([]) == "no results"
+
+
+def test_reports_and_bundles_are_written_for_their_owner_only(tmp_path):
+    from kvprov.errors import KvprovError
+    from kvprov.validate.collect import write_bundle
+    from kvprov.validate.report import write_file
+
+    target = tmp_path / "r.json"
+    target.write_text("old")
+    target.chmod(0o644)
+    write_file(str(target), "{}")
+    assert target.read_text() == "{}" and target.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left
+    write_file(str(tmp_path / "x.prom"), "m 1\n", mode=0o644)
+    assert (tmp_path / "x.prom").stat().st_mode & 0o777 == 0o644
+    with pytest.raises(KvprovError, match="cannot write"):
+        write_file(str(tmp_path / "missing" / "r.json"), "{}")
+
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    bundle = tmp_path / "bundle"
+    (bundle / "proc").mkdir(parents=True)
+    (bundle / "proc/mountinfo").symlink_to(victim)  # a link planted in the output directory
+    with pytest.raises(OSError):
+        write_bundle(bundle, {"proc/mountinfo": "x"})
+    assert victim.read_text() == "mine"
+    assert write_bundle(bundle, {"desired.json": "{}"}) == ["desired.json"]
+    assert (bundle / "desired.json").stat().st_mode & 0o777 == 0o600
