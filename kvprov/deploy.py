@@ -31,6 +31,8 @@ def cmd_deploy(args) -> int:
     extravars = {"kvprov_storage_allow_remount": True} if args.allow_remount else {}
     result = runner.run("site.yml", args.inventory, name="deploy", extravars=extravars, limit=args.limit,
                         tags=args.tags, check=args.check, diff=args.diff or args.check)
+    if args.diff or args.check:
+        print(runner.format_diffs(result) or "\nno file would change" if args.check else runner.format_diffs(result))
     runner.print_summary(result)
     if args.json:
         runner.write_json(result, args.json)

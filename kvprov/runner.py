@@ -3,6 +3,7 @@ failing tasks' messages in plain words, and the run's artifacts kept on disk."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import sys
@@ -148,8 +149,31 @@ def run(playbook: str, inventory: Path, *, name: str, extravars: dict | None = N
 def write_json(result: RunResult, path: str) -> None:
     data = {"rc": result.rc, "seconds": round(result.seconds, 1), "artifacts": str(result.artifacts),
             "hosts": {h: asdict(s) for h, s in sorted(result.hosts.items())},
-            "failures": [asdict(f) for f in result.failures]}
+            "failures": [asdict(f) for f in result.failures], "diffs": result.diffs}
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def format_diffs(result: RunResult) -> str:
+    """The file changes Ansible reported (check mode shows what it would write), as unified
+    diffs under a `HOST: TASK` line each."""
+    out = []
+    for entry in result.diffs:
+        diffs = entry["diff"] if isinstance(entry["diff"], list) else [entry["diff"]]
+        for d in diffs:
+            if not isinstance(d, dict):
+                continue
+            if "prepared" in d:
+                text = str(d["prepared"])
+            elif isinstance(d.get("before"), str) and isinstance(d.get("after"), str):
+                text = "".join(difflib.unified_diff(
+                    d["before"].splitlines(keepends=True), d["after"].splitlines(keepends=True),
+                    f"{d.get('before_header') or 'new file'} (on the host)", "what deploy writes"))
+            else:
+                text = "".join(f"  {k}: {d.get('before', {}).get(k) if isinstance(d.get('before'), dict) else '?'}"
+                               f" -> {v}\n" for k, v in (d.get("after") or {}).items()) if isinstance(d.get("after"), dict) else ""
+            if text.strip():
+                out.append(f"--- {entry['host']}: {entry['task']}\n{text.rstrip()}\n")
+    return "\n".join(out)
 
 
 def print_summary(result: RunResult, stream=None) -> None:

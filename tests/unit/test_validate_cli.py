@@ -92,3 +92,4 @@ def test_hostile_bundle_is_reported_not_crashed_on(tmp_path):
     assert "Traceback" not in r.stderr and "\x1b" not in r.stdout
     assert "more than the 16 MiB limit" in r.stdout and "not a regular file" in r.stdout
     ET.parse(junit)  # still valid XML
+
