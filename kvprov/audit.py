@@ -24,7 +24,7 @@ import posixpath
 import sys
 import time
 
-from kvprov import check, runner
+from kvprov import check, lock, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import bundle as bf
 from kvprov.validate import parsers, report
@@ -266,7 +266,9 @@ def cmd_audit(args) -> int:
     print(report.format_table(results, everything=args.verbose), file=sys.stderr)
     print(f"{summary}\naudit --fix: deploying {', '.join(hosts)}", file=sys.stderr)
     extravars = {"kvprov_storage_allow_remount": True} if args.allow_remount else {}
-    deployed = runner.run("site.yml", args.inventory, name="audit-fix", extravars=extravars, limit=",".join(hosts))
+    with lock.inventory_lock(args.inventory, "audit --fix"):
+        deployed = runner.run("site.yml", args.inventory, name="audit-fix", extravars=extravars,
+                              limit=",".join(hosts))
     runner.print_summary(deployed, sys.stderr)
     again = gather(args.inventory, ",".join(hosts), args.timeout)
     after = [r for r in results if r.host not in hosts] + again

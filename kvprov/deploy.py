@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from kvprov import check, runner
+from kvprov import check, lock, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
 
 
@@ -29,8 +29,9 @@ def cmd_deploy(args) -> int:
     hosts = check.require_valid(args.inventory)
     print(f"deploy: {len(hosts)} host(s){' (check mode: no changes)' if args.check else ''}", file=sys.stderr)
     extravars = {"kvprov_storage_allow_remount": True} if args.allow_remount else {}
-    result = runner.run("site.yml", args.inventory, name="deploy", extravars=extravars, limit=args.limit,
-                        tags=args.tags, check=args.check, diff=args.diff or args.check)
+    with lock.inventory_lock(args.inventory, "deploy --check" if args.check else "deploy"):
+        result = runner.run("site.yml", args.inventory, name="deploy", extravars=extravars, limit=args.limit,
+                            tags=args.tags, check=args.check, diff=args.diff or args.check)
     if args.diff or args.check:
         print(runner.format_diffs(result) or "\nno file would change" if args.check else runner.format_diffs(result))
     runner.print_summary(result)

@@ -6,6 +6,7 @@ EXIT_USAGE = 2  # bad command line or bad inventory
 EXIT_UNREACHABLE = 3  # one or more hosts could not be reached
 EXIT_ENVIRONMENT = 4  # the machine kvprov runs on lacks something (root, tools, disk, ports)
 EXIT_LAB = 5  # the lab failed to build or boot
+EXIT_BUSY = 6  # another deploy or audit --fix holds the inventory's lock
 
 
 class KvprovError(Exception):

@@ -1,0 +1,54 @@
+"""One change at a time per inventory: `kvprov deploy` and `kvprov audit --fix` hold a
+controller-side lock (flock on a file named after the inventory's real path), so a second
+one is refused, naming the holder, instead of two runs pip-installing into the same venvs
+and racing remounts. The lock goes with the process (a killed run leaves nothing held)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from kvprov.errors import EXIT_BUSY, KvprovError
+
+
+def locks_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(os.environ.get("KVPROV_LOCK_DIR", Path(base) / "kvprov" / "locks"))
+
+
+def lock_path(inventory: str) -> Path:
+    key = hashlib.sha256(os.path.realpath(inventory).encode()).hexdigest()[:16]
+    return locks_dir() / f"{key}.lock"
+
+
+@contextmanager
+def inventory_lock(inventory: str, command: str):
+    """Hold the inventory's lock for the block; KvprovError (EXIT_BUSY) when another run has it."""
+    path = lock_path(inventory)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise KvprovError(f"{inventory}: {_holder(fd)} is changing these hosts; wait for it to finish (or stop "
+                              f"it), then run again (lock: {path})", EXIT_BUSY) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "inventory": os.path.realpath(inventory),
+                                 "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode())
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _holder(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f"`kvprov {info['command']}` (pid {info['pid']}, since {info['since']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another kvprov run"
