@@ -22,6 +22,7 @@ options:
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -46,37 +47,58 @@ except Exception as e:  # report, never raise: this is a probe
 print(json.dumps(out))
 """
 
+# The probe runs as root on a volume other hosts (and anyone who can write the export) share:
+# it never follows a link. Its file gets a random name, created exclusively, inside a root-owned
+# 0700 directory of this host at the mount root, and is removed relative to that directory.
 IO_PROBE = r"""
-import json, os, sys, time
-path, size = sys.argv[1], int(sys.argv[2])
+import json, os, secrets, stat, sys, time
+mp, host, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 t0 = time.monotonic()
+d = os.path.join(mp, ".kvprov-" + host)
+try:
+    os.mkdir(d, 0o700)
+except FileExistsError:
+    pass
+st = os.lstat(d)
+if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or stat.S_IMODE(st.st_mode) & 0o077:
+    sys.exit(f"{d} is not a root-owned 0700 directory (a link or someone else's): refusing to write there")
+dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+name = "probe-" + secrets.token_hex(8)
 buf = os.urandom(size)
-fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+same = False
 try:
-    os.write(fd, buf)
-    os.fsync(fd)
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+    try:
+        os.write(fd, buf)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_DIRECT", 0), dir_fd=dfd)
+    try:
+        import mmap
+        m = mmap.mmap(-1, size)  # page-aligned buffer for O_DIRECT
+        got = os.readv(fd, [m])
+        same = got == size and m[:] == buf
+    finally:
+        os.close(fd)
 finally:
-    os.close(fd)
-fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
-try:
-    import mmap
-    m = mmap.mmap(-1, size)  # page-aligned buffer for O_DIRECT
-    got = os.readv(fd, [m])
-    same = got == size and m[:] == buf
-finally:
-    os.close(fd)
-    os.unlink(path)
-print(json.dumps({"ok": same, "seconds": round(time.monotonic() - t0, 3), "error": None if same else "read back differs"}))
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except FileNotFoundError:
+        pass
+    os.close(dfd)
+print(json.dumps({"ok": same, "seconds": round(time.monotonic() - t0, 3), "error": None if same else "read back differs",
+                  "path": os.path.join(d, name)}))
 """
 
 STAT_PROBE = r"""
 import grp, json, os, pwd, stat, sys
 out = {}
 for path in sys.argv[1:]:
-    e = {"path": path, "exists": False, "is_dir": False, "owner": None, "group": None, "mode": None, "error": None}
+    e = {"path": path, "exists": False, "is_dir": False, "is_link": False, "owner": None, "group": None, "mode": None, "error": None}
     try:
-        st = os.stat(path)
-        e.update(exists=True, is_dir=stat.S_ISDIR(st.st_mode), mode=format(stat.S_IMODE(st.st_mode), "04o"))
+        st = os.lstat(path)  # a link is not the directory it names
+        e.update(exists=True, is_dir=stat.S_ISDIR(st.st_mode), is_link=stat.S_ISLNK(st.st_mode), mode=format(stat.S_IMODE(st.st_mode), "04o"))
         try: e["owner"] = pwd.getpwuid(st.st_uid).pw_name
         except KeyError: e["owner"] = str(st.st_uid)
         try: e["group"] = grp.getgrgid(st.st_gid).gr_name
@@ -211,9 +233,10 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     # A real write + read-back on the KV tier (NFS or local directory): it proves the tier
     # answers, and makes the pNFS layout counters in mountstats mean something.
     if probes:
-        probe = f"{mp}/.kvprov-probe-{desired['host']}"
-        rc, so, se, to = run([sys.executable, "-c", IO_PROBE, probe, str(io_bytes)], timeout)
-        result = {"ok": False, "seconds": None, "error": None, "timed_out": to, "bytes": io_bytes, "path": probe}
+        host = re.sub(r"[^A-Za-z0-9_.-]", "_", desired["host"])
+        rc, so, se, to = run([sys.executable, "-c", IO_PROBE, mp, host, str(io_bytes)], timeout)
+        result = {"ok": False, "seconds": None, "error": None, "timed_out": to, "bytes": io_bytes,
+                  "path": f"{mp}/.kvprov-{host}/"}
         if rc == 0:
             result.update(json.loads(so))
         else:

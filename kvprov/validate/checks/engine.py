@@ -290,6 +290,9 @@ def engine_storage_dir(c: Context, inst: Instance) -> Result:
     path = e.get("path") if isinstance(e.get("path"), str) else inst.storage_dir
     if e.get("exists") is not True:
         return res(FAIL, expected, f"{show(path)} does not exist", c.deploy(TAGS))
+    if e.get("is_link") is True:
+        return res(FAIL, expected, f"{show(path)} is a symbolic link, not a directory: on a shared volume a link can "
+                                   "point root's work at anyone's files", f"remove the link, then {c.deploy(TAGS)}")
     if e.get("is_dir") is False:
         return res(FAIL, expected, f"{show(path)} is not a directory", c.deploy(TAGS))
     where = f"{show(e.get('fstype', '?'), 20)} {show(e.get('device', '?'), 80)}"
