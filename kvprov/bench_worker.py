@@ -494,6 +494,9 @@ def run(args: argparse.Namespace, result: dict, created: list) -> None:
     params = nixl_params(args.params)
     result["params"] = params
     check_args(args)
+    if os.path.islink(args.dir):  # root on a shared volume never follows a planted link
+        raise Failure(f"storage directory {args.dir} is a symbolic link (to {os.readlink(args.dir)}): refusing to "
+                      "write through it; remove it")
     try:
         os.mkdir(result["run_dir"], 0o700)
     except FileNotFoundError:

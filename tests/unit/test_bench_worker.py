@@ -124,6 +124,18 @@ def test_missing_storage_dir_fails_clearly(nixl_python, base):
     assert os.listdir(base) == ["someone-elses-file"]
 
 
+def test_a_link_planted_as_the_storage_dir_is_refused(nixl_python, base):
+    victim = base / "victim"
+    victim.mkdir()
+    link = base / "hostdir"
+    link.symlink_to(victim)
+    res, out = run_worker(nixl_python, "--dir", str(link), "--file-bytes", str(MIB), "--files", "2")
+    assert res.returncode == 1
+    assert out["error"] == f"storage directory {link} is a symbolic link (to {victim}): refusing to write through it; " \
+                           "remove it"
+    assert os.listdir(victim) == []
+
+
 def test_missing_plugin_is_named(nixl_python, base):
     """No CUDA here: GDS_MT cannot load, and the error says so on one line."""
     if Path("/proc/driver/nvidia").exists():
