@@ -472,6 +472,28 @@ def model_path(value: str) -> list[Finding]:
     return []
 
 
+def secret_file(value: str) -> list[Finding]:
+    """A controller file holding one secret line (read here, never printed)."""
+    if not value:
+        return []
+    found = absolute_path(value)
+    if found:
+        return found
+    path = Path(value)
+    if not path.is_file():
+        return [Finding(f'"{value}" is not a file on this controller (deploy copies the secret from it)')]
+    try:
+        lines = path.read_text().strip().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        return [Finding(f'"{value}" cannot be read: {getattr(e, "strerror", None) or e}')]
+    out = []
+    if len(lines) != 1 or not re.fullmatch(r"[\x21-\x7e]+", lines[0]):
+        out.append(Finding(f'"{value}" must hold the secret on one line of printable characters without spaces'))
+    if path.stat().st_mode & 0o077:
+        out.append(Finding(f'"{value}" can be read by others on this controller: chmod 600 it', severity="warning"))
+    return out
+
+
 def environment(value: dict) -> list[Finding]:
     out = []
     for key, v in value.items():
@@ -616,6 +638,7 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_engine_user": user_name,
     "kvprov_engine_uid": int_range(0, 2**31 - 1, note=" (0: any)"),
     "kvprov_engine_host": listen_address,
+    "kvprov_engine_api_key_file": secret_file,
     "kvprov_engine_model_path": model_path,
     "kvprov_engine_environment": environment,
     "kvprov_engine_hash_seed": int_range(0, 4294967295),
@@ -855,13 +878,22 @@ def engine_rules(h: HostView) -> list[Problem]:
     engine = h.get("kvprov_engine")
     if engine not in ENGINES:
         return []
-    out = _other_engines_settings(h, engine)
+    out = _other_engines_settings(h, engine) + _exposure(h)
     instances = h.get(instances_var(h)) or []
     out += _instance_ports(h, engine, instances)
     rules = {"vllm_offload": _vllm_offload, "lmcache_mp": _lmcache_mp, "lmcache_inproc": _lmcache_inproc}
     if engine in rules:
         out += rules[engine](h)
     return out
+
+
+def _exposure(h: HostView) -> list[Problem]:
+    host = h.get("kvprov_engine_host")
+    if host and host not in ("127.0.0.1", "::1") and not h.get("kvprov_engine_api_key_file"):
+        return [h.problem("kvprov_engine_host", f"the engine listens on {host} without an API key: anyone who reaches "
+                                                "it can use the model and fill the KV cache; set "
+                                                "kvprov_engine_api_key_file", severity="warning")]
+    return []
 
 
 def _other_engines_settings(h: HostView, engine: str) -> list[Problem]:

@@ -190,6 +190,17 @@ def http_get(url: str, timeout: float = 5) -> tuple:
         return None, "", str(e)
 
 
+def redact(argv: list) -> list:
+    """A command line without the secrets it carries (an engine's --api-key)."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--api-key" and i + 1 < len(out):
+            out[i + 1] = "<redacted>"
+        elif arg.startswith("--api-key="):
+            out[i] = "--api-key=<redacted>"
+    return out
+
+
 def probe_service(unit: str, host: str, port, path: str) -> tuple:
     """({unit, running, url, status, ok, error}, the cache metrics or None) of one engine unit."""
     active = run(["systemctl", "is-active", "--quiet", unit], 10)[0] == 0
@@ -320,7 +331,7 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
         if rc == 0 and pid.isdigit() and pid != "0":
             try:
                 argv = read(f"/proc/{pid}/cmdline").split("\0")[:-1]
-                out[f"systemctl/{unit}.cmdline.json"] = json.dumps(argv)
+                out[f"systemctl/{unit}.cmdline.json"] = json.dumps(redact(argv))
             except OSError:
                 pass  # it just exited
 

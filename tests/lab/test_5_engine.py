@@ -27,6 +27,7 @@ ADDR = (f"10.98.{INDEX}.2", 22)
 INST_DIR = f"/srv/kvcache/{HOST}/main"
 SERVER, VLLM = "kvprov-lmcache-main.service", "kvprov-vllm-main.service"
 VLLM_UNIT = f"/etc/systemd/system/{VLLM}"
+API_KEY = "kvprov-lab-key-0123456789abcdef"  # deployed from a root-only file on the controller
 # A prompt well above LMCache's 256-token chunk, the same every time.
 PROMPT = " ".join(f"kvprov lab sentence {i} about caching pages of keys and values." for i in range(60))
 
@@ -37,14 +38,17 @@ def sh(command, timeout=120):
     return r.stdout
 
 
-def http(path, body=None, port=8000, timeout=120):
-    """A request from inside the container (the engine listens on its loopback)."""
+def http(path, body=None, port=8000, timeout=120, key=API_KEY, status=200):
+    """A request from inside the container (the engine listens on its loopback); `status`:
+    the HTTP status expected."""
     code = ("import json,sys,urllib.request as u; d=sys.stdin.read().encode() or None; "
-            f"r=u.Request('http://127.0.0.1:{port}{path}', data=d, headers={{'Content-Type':'application/json'}}); "
-            "exec('try: print(u.urlopen(r, timeout=%d).read().decode())\\nexcept u.HTTPError as e: sys.exit(e.read().decode())')" % timeout)
+            f"r=u.Request('http://127.0.0.1:{port}{path}', data=d, headers={{'Content-Type':'application/json', "
+            f"'Authorization':'Bearer {key}'}}); "
+            "exec('try: print(u.urlopen(r, timeout=%d).read().decode())\\nexcept u.HTTPError as e: "
+            "print(e.read().decode()); sys.exit(e.code %% 256)')" % timeout)
     r = subprocess.run([*ssh_args(*ADDR), f"python3 -c \"{code}\""], input=json.dumps(body) if body else "",
                        capture_output=True, text=True, timeout=timeout + 30)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == (0 if status == 200 else status % 256), r.stdout[-2000:] + r.stderr[-2000:]
     return r.stdout
 
 
@@ -83,8 +87,12 @@ def engine(lab, tmp_path_factory):
         pytest.fail("the engine lab needs scripts/install-deps (engine wheelhouse and venv) and the tiny model "
                     "(`kvprov lab up` builds it)")
     d = tmp_path_factory.mktemp("engine")
+    key = d / "api-key"
+    key.write_text(API_KEY + "\n")
+    key.chmod(0o600)
     inv = d / "lab-engine.yml"
-    inv.write_text(inventory.render_engine(INDEX))
+    inv.write_text(inventory.render_engine(INDEX).replace(
+        "kvprov_engine: lmcache_mp\n", f"kvprov_engine: lmcache_mp\n            kvprov_engine_api_key_file: {key}\n"))
     out = d / "deploy.json"
     r = kvprov("deploy", str(inv), "--json", str(out), timeout=1800)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
@@ -103,6 +111,21 @@ def test_deploy_installs_and_starts_a_real_engine_and_a_second_deploy_changes_no
     out = tmp_path / "again.json"
     r = kvprov("deploy", str(inv), "--json", str(out), timeout=1200)
     assert r.returncode == 0 and json.loads(out.read_text())["hosts"][HOST]["changed"] == 0, r.stdout[-4000:]
+
+
+def test_the_api_key_is_required_and_kept_out_of_units_logs_and_bundles(engine, tmp_path):
+    inv, _ = engine
+    assert "tiny" in http("/v1/models")
+    assert "Unauthorized" in http("/v1/models", key="wrong", status=401)
+    assert sh("stat -c '%U %a' /etc/kvprov/secrets/engine.env").split() == ["root", "600"]
+    seen = sh(f"systemctl show {SERVER} {VLLM}; cat /etc/systemd/system/kvprov-*.service; "
+              f"journalctl -b --no-pager | tail -n 5000")
+    assert API_KEY not in seen and "EnvironmentFiles=/etc/kvprov/secrets/engine.env" in seen
+    out = tmp_path / "bundle"
+    r = kvprov("collect", str(inv), "--out", str(out), timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    texts = [p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()]
+    assert texts and not any(API_KEY in text for text in texts)
 
 
 def test_validate_passes_every_engine_check(engine, tmp_path):

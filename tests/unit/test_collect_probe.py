@@ -15,7 +15,7 @@ spec = importlib.util.spec_from_file_location("kvprov_collect", ROOT / "playbook
 collector = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(collector)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the probe is root's: it checks its directory is root's")
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the probe is root's: it checks its directory is root's")
 
 
 def probe(mount, host="h1"):
@@ -23,6 +23,7 @@ def probe(mount, host="h1"):
                           capture_output=True, text=True, timeout=60)
 
 
+@ROOT_ONLY
 def test_probe_writes_reads_and_removes_only_its_own_file(tmp_path):
     r = probe(tmp_path)
     assert r.returncode == 0, r.stderr
@@ -33,6 +34,7 @@ def test_probe_writes_reads_and_removes_only_its_own_file(tmp_path):
     assert json.loads(probe(tmp_path).stdout)["path"] != out["path"]  # a new random name every time
 
 
+@ROOT_ONLY
 def test_a_link_planted_where_the_probe_writes_is_refused(tmp_path):
     victim = tmp_path / "elsewhere"
     victim.mkdir()
@@ -45,6 +47,7 @@ def test_a_link_planted_where_the_probe_writes_is_refused(tmp_path):
     assert sorted(p.name for p in victim.iterdir()) == ["precious"] and (victim / "precious").read_text() == "keep"
 
 
+@ROOT_ONLY
 def test_someone_elses_directory_is_refused(tmp_path):
     d = tmp_path / ".kvprov-h1"
     d.mkdir(mode=0o700)
@@ -52,3 +55,9 @@ def test_someone_elses_directory_is_refused(tmp_path):
     r = probe(tmp_path)
     assert r.returncode != 0 and "refusing to write there" in r.stderr
     assert list(d.iterdir()) == []
+
+
+def test_captured_command_lines_carry_no_api_key():
+    assert collector.redact(["python3", "-m", "sglang.launch_server", "--api-key", "sk-1", "--port", "8000"]) == [
+        "python3", "-m", "sglang.launch_server", "--api-key", "<redacted>", "--port", "8000"]
+    assert collector.redact(["x", "--api-key=sk-1"]) == ["x", "--api-key=<redacted>"]

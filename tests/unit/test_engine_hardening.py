@@ -48,3 +48,25 @@ def test_every_engine_unit_verifies(units):
         problems = [line for line in r.stderr.splitlines() if "is not executable" not in line
                     and "No such file or directory" not in line]  # the engine is not installed here
         assert not problems, f"{unit}: {problems}"
+
+
+def test_the_api_key_reaches_no_rendered_file(tmp_path):
+    """With kvprov_engine_api_key_file the units read a root-only EnvironmentFile; the key
+    itself is in no rendered file (deploy writes it apart, with no_log)."""
+    key = tmp_path / "key"
+    key.write_text("sk-kvprov-secret-42\n")
+    key.chmod(0o600)
+    inv = tmp_path / "inv.yml"
+    inv.write_text("all:\n  children:\n    gpu_nodes:\n      vars:\n        kvprov_storage_profile: local\n"
+                   "        kvprov_storage_pnfs_layout: none\n"
+                   f"        kvprov_engine_api_key_file: {key}\n        kvprov_engine_host: 0.0.0.0\n"
+                   "      hosts:\n        s1:\n        m1:\n          kvprov_engine: lmcache_mp\n")
+    r = kvprov("render", str(inv), "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert files and not any("sk-kvprov-secret-42" in p.read_text() for p in files)
+    sglang = (tmp_path / "out/s1/etc/systemd/system/kvprov-sglang-main.service").read_text()
+    assert "EnvironmentFile=/etc/kvprov/secrets/engine.env" in sglang and "--api-key ${KVPROV_ENGINE_API_KEY}" in sglang
+    vllm = (tmp_path / "out/m1/etc/systemd/system/kvprov-vllm-main.service").read_text()
+    server = (tmp_path / "out/m1/etc/systemd/system/kvprov-lmcache-main.service").read_text()
+    assert "EnvironmentFile=/etc/kvprov/secrets/engine.env" in vllm and "EnvironmentFile" not in server
