@@ -889,7 +889,7 @@ def engine_rules(h: HostView) -> list[Problem]:
 
 def _exposure(h: HostView) -> list[Problem]:
     host = h.get("kvprov_engine_host")
-    if host and host not in ("127.0.0.1", "::1") and not h.get("kvprov_engine_api_key_file"):
+    if host and not listen_address(host) and host not in ("127.0.0.1", "::1") and not h.get("kvprov_engine_api_key_file"):
         return [h.problem("kvprov_engine_host", f"the engine listens on {host} without an API key: anyone who reaches "
                                                 "it can use the model and fill the KV cache; set "
                                                 "kvprov_engine_api_key_file", severity="warning")]
