@@ -6,6 +6,8 @@ device, mount point and fstype.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 
 
@@ -44,6 +46,11 @@ def _options(text: str) -> dict[str, str]:
     return out
 
 
+def unescape(field: str) -> str:
+    """The kernel writes space, tab, newline and backslash in mount points as octal (\\040)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
 def parse(text: str) -> list[MountStats]:
     mounts: list[MountStats] = []
     current: MountStats | None = None
@@ -59,7 +66,8 @@ def parse(text: str) -> list[MountStats]:
             except (ValueError, IndexError):
                 current = None
                 continue
-            current = MountStats(device=words[1], mountpoint=" ".join(words[on + 1:with_]), fstype=fstype)
+            current = MountStats(device=unescape(words[1]), mountpoint=unescape(" ".join(words[on + 1:with_])),
+                                 fstype=fstype)
             mounts.append(current)
             in_ops = False
             continue

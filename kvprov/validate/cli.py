@@ -16,7 +16,7 @@ from pathlib import Path
 from kvprov import bench
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import collect, evaluate, report
-from kvprov.validate.result import summarize
+from kvprov.validate.result import FAIL, Result, show, summarize
 
 
 def add_parser(sub) -> None:
@@ -54,9 +54,18 @@ def cmd_validate(args) -> int:
             print(f"{f.host}: {'unreachable' if f.unreachable else 'collect failed'}: {f.message}", file=sys.stderr)
     elif not args.bundle:
         raise KvprovError("give an INVENTORY or --bundle DIR/HOST (a bundle directory, see docs/bundle.md)", EXIT_USAGE)
-    results = []
+    results, unusable = [], 0
     for path in args.bundle:
-        results += report.checks(evaluate.evaluate_bundle(path))
+        try:
+            results += report.checks(evaluate.evaluate_bundle(path))
+        except KvprovError as e:  # one bad bundle is one failed host; the others are still checked
+            if e.exit_code != EXIT_USAGE:
+                raise
+            print(f"kvprov: error: {e}", file=sys.stderr)
+            unusable += 1
+            results.append(Result("bundle.desired", "bundle", FAIL, "a bundle with a desired.json this kvprov reads "
+                                  "(docs/bundle.md)", str(e), "capture it again with `kvprov collect`",
+                                  host=show(Path(path).name, 80)))
     if args.inventory and not args.keep:
         shutil.rmtree(out, ignore_errors=True)
     if args.inventory and not args.no_bench and args.bundle:
@@ -66,6 +75,8 @@ def cmd_validate(args) -> int:
         unreachable += bench_run.unreachable
     results += [summarize(rs) for rs in report.by_host(results).values()]
     report.write_reports(args, results)
+    if unusable == len(args.bundle):
+        return EXIT_USAGE  # nothing could be checked at all
     if not report.ok(results):
         return EXIT_CHECKS_FAILED
     return EXIT_UNREACHABLE if unreachable else EXIT_OK

@@ -17,7 +17,7 @@ from kvprov.validate import bundle as bf
 from kvprov.validate import checks  # noqa: F401  (registers the checks, in tier order)
 from kvprov.validate.bundle import Bundle, Desired
 from kvprov.validate.context import CHECKS, INSTANCE_CHECKS, Context, run_check
-from kvprov.validate.result import SKIP, Result, summarize
+from kvprov.validate.result import SKIP, Result, show, summarize
 
 
 def _instance_results(c: Context) -> Iterator[Result]:
@@ -44,11 +44,11 @@ def evaluate_bundle(path: Path | str) -> list[Result]:
     """Read DIR/HOST and evaluate it. KvprovError (exit 2) when it is no bundle or lacks desired.json."""
     root = Path(path)
     if not root.is_dir():
-        raise KvprovError(f"{path}: no such bundle directory (give DIR/HOST as written by `kvprov collect`)",
-                          EXIT_USAGE)
+        raise KvprovError(f"{show(str(path), 300)}: no such bundle directory (give DIR/HOST as written by "
+                          "`kvprov collect`)", EXIT_USAGE)
     b = Bundle(root)
     try:
         desired = bf.load_desired(b)
     except bf.DesiredError as e:
-        raise KvprovError(f"{path}: {e}", EXIT_USAGE) from None
+        raise KvprovError(f"{show(str(path), 300)}: {show(str(e), 2000)}", EXIT_USAGE) from None
     return evaluate(b, desired)

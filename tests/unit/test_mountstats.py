@@ -69,3 +69,13 @@ def test_every_xprt_line_is_kept_and_the_topmost_mount_wins():
 def test_garbage_does_not_crash():
     assert mountstats.parse("device\n\txprt:\n\topts:\tx\n\x00\xff junk\ndevice a mounted on") == []
     assert mountstats.parse("device a mounted on /x fstype nfs4\n\topts:\trw\n") == []  # no "with"
+
+
+def test_mount_points_with_escaped_characters_are_unescaped():
+    """The kernel writes a space in a mount point as \\040 in mountstats, as in mountinfo."""
+    from kvprov import mountstats
+
+    text = "device 10.0.0.5:/kv\\040vol mounted on /mnt/kv\\040cache with fstype nfs4 statvers=1.1\n"
+    [m] = mountstats.parse(text)
+    assert (m.device, m.mountpoint) == ("10.0.0.5:/kv vol", "/mnt/kv cache")
+    assert mountstats.find([m], "/mnt/kv cache") is m

@@ -93,3 +93,16 @@ def test_hostile_bundle_is_reported_not_crashed_on(tmp_path):
     assert "more than the 16 MiB limit" in r.stdout and "not a regular file" in r.stdout
     ET.parse(junit)  # still valid XML
 
+
+
+def test_a_bad_bundle_is_one_failed_host_and_the_others_are_still_checked(tmp_path):
+    bad = tmp_path / "bad\x1b[31mhost"  # a directory name with a terminal escape in it
+    bad.mkdir()
+    out = tmp_path / "r.json"
+    r = kvprov("validate", "--bundle", str(bad), "--bundle", str(BUNDLES / "local_c1"), "--json", str(out), timeout=60)
+    assert r.returncode == EXIT_CHECKS_FAILED
+    assert "\x1b" not in r.stdout + r.stderr and "bad\\x1b[31mhost: desired.json: missing" in r.stderr
+    hosts = json.loads(out.read_text())["hosts"]
+    assert hosts["kvlab-c1"]["ok"] is True
+    [failed] = hosts["bad\\x1b[31mhost"]["results"][:1]
+    assert (failed["id"], failed["status"]) == ("bundle.desired", "fail") and "desired.json: missing" in failed["found"]
