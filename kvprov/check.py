@@ -639,6 +639,7 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_engine_uid": int_range(0, 2**31 - 1, note=" (0: any)"),
     "kvprov_engine_host": listen_address,
     "kvprov_engine_api_key_file": secret_file,
+    "kvprov_engine_hf_token_file": secret_file,
     "kvprov_engine_model_path": model_path,
     "kvprov_engine_environment": environment,
     "kvprov_engine_hash_seed": int_range(0, 4294967295),
