@@ -204,11 +204,12 @@ def test_validate_and_audit_catch_a_vllm_unit_pointing_at_the_wrong_port(engine,
 # The engines that need CUDA, deployed config-and-units-only on the second container (free
 # after test_2's check-mode test): idempotent, and a hand edit of each one's config file is
 # drift for audit and the testinfra checks, which the next deploy puts back.
-CONFIG_ONLY = {
+CONFIG_ONLY = {  # engine: (settings, the file edited by hand, the edit, what audit must name besides the file)
     "vllm_offload": ({"kvprov_vllm_offload_cpu_bytes_to_use": 1073741824, "kvprov_vllm_offload_block_size": 128},
-                     "/etc/systemd/system/kvprov-vllm-main.service", "s/\"cpu_bytes_to_use\":1073741824/\"cpu_bytes_to_use\":1/"),
+                     "/etc/systemd/system/kvprov-vllm-main.service", "s/\"cpu_bytes_to_use\":1073741824/\"cpu_bytes_to_use\":1/",
+                     {"unit:kvprov-vllm-main.service"}),  # a unit file edited without daemon-reload
     "lmcache_inproc": ({"kvprov_lmcache_inproc_tier": "local_disk"},
-                       "/etc/kvprov/lmcache-main.yaml", "s/^chunk_size: 256/chunk_size: 512/"),
+                       "/etc/kvprov/lmcache-main.yaml", "s/^chunk_size: 256/chunk_size: 512/", set()),
 }
 
 
@@ -216,7 +217,7 @@ CONFIG_ONLY = {
 def test_config_only_engine_is_idempotent_and_its_config_drift_is_caught(lab, tmp_path, name):
     from tests.lab.test_4_audit import run_testinfra
 
-    more, path, edit = CONFIG_ONLY[name]
+    more, path, edit, also = CONFIG_ONLY[name]
     data = inventory.build_engine(2)
     group = data["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]
     group["vars"] = {k: v for k, v in group["vars"].items() if not k.startswith("kvprov_lmcache_mp_")}
@@ -235,7 +236,7 @@ def test_config_only_engine_is_idempotent_and_its_config_drift_is_caught(lab, tm
     out = tmp_path / "audit.json"
     r = kvprov("audit", str(inv), "--json", str(out), timeout=600)
     failed = {x["id"] for x in json.loads(out.read_text())["hosts"]["kvlab-c2"]["results"] if x["status"] == "fail"}
-    assert r.returncode == 1 and failed == {f"file:{path}"}, r.stdout[-3000:]
+    assert r.returncode == 1 and failed == {f"file:{path}"} | also, r.stdout[-3000:]
     t = run_testinfra({"inventory": str(inv)}, tmp_path, "kvlab-c2")
     assert t.returncode == 1 and f"{path}: content differs" in t.stdout, t.stdout[-3000:]
     r = kvprov("deploy", str(inv), timeout=900)
