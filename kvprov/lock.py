@@ -13,12 +13,12 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from kvprov import paths
 from kvprov.errors import EXIT_BUSY, KvprovError
 
 
 def locks_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(os.environ.get("KVPROV_LOCK_DIR", Path(base) / "kvprov" / "locks"))
+    return Path(os.environ.get("KVPROV_LOCK_DIR", paths.state_dir() / "locks"))
 
 
 def lock_path(inventory: str) -> Path:

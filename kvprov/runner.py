@@ -51,8 +51,7 @@ class RunResult:
 
 
 def runs_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(os.environ.get("KVPROV_RUNS_DIR", Path(base) / "kvprov" / "runs"))
+    return Path(os.environ.get("KVPROV_RUNS_DIR", paths.state_dir() / "runs"))
 
 
 def _message(res: dict) -> str:
