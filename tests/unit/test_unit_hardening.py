@@ -1,4 +1,4 @@
-"""Every engine unit kvprov renders (all four engines, their servers) is hardened:
+"""Every service unit kvprov renders (all four engines, their servers, soft-RoCE, /dev/shm) is hardened:
 `systemd-analyze security --offline=true` rates its exposure at most 3.5, and
 `systemd-analyze verify` accepts it. The lab proves the hardened unit really serves
 (tests/lab/test_5_engine.py: vLLM CPU + LMCache MP run under these units)."""
@@ -20,16 +20,15 @@ MAX_EXPOSURE = 3.5
 @pytest.fixture(scope="module")
 def units(tmp_path_factory) -> list[Path]:
     out = tmp_path_factory.mktemp("render")
-    for inv in ("inventory/example.yml", "inventory/lab-engine.yml"):
+    for inv in ("inventory/example.yml", "inventory/lab-engine.yml", "inventory/lab.yml"):
         kvprov("render", str(ROOT / inv), "--out", str(out), check=True)
-    found = sorted(p for p in out.glob("*/etc/systemd/system/kvprov-*.service")
-                   if any(w in p.name for w in ("-sglang-", "-vllm-", "-lmcache-")))
-    assert {p.name.split("-")[1] for p in found} == {"sglang", "vllm", "lmcache"}
+    found = sorted(out.glob("*/etc/systemd/system/*.service"))
+    assert {p.stem.split("-")[1] for p in found} == {"sglang", "vllm", "lmcache", "soft", "shm"}
     return found
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze on this machine")
-def test_every_engine_unit_is_rated_at_most_3_5(units):
+def test_every_service_unit_is_rated_at_most_3_5(units):
     scores = {}
     for unit in units:
         r = subprocess.run(["systemd-analyze", "security", "--offline=true", unit.name], cwd=unit.parent,
@@ -41,7 +40,7 @@ def test_every_engine_unit_is_rated_at_most_3_5(units):
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze on this machine")
-def test_every_engine_unit_verifies(units):
+def test_every_service_unit_verifies(units):
     for unit in units:
         r = subprocess.run(["systemd-analyze", "verify", unit.name], cwd=unit.parent, capture_output=True,
                            text=True, timeout=60)
