@@ -494,6 +494,89 @@ def secret_file(value: str) -> list[Finding]:
     return out
 
 
+# ---- S3 credentials (NIXL's OBJ plugin, LMCache's S3 backends)
+
+S3_CREDENTIAL_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+# Keys that would put S3 credentials into a rendered file: NIXL OBJ's backend parameters
+# (access_key, secret_key, session_token) and LMCache's S3 L2 adapter's static keys. Both fall
+# back to the AWS SDK's default chain, i.e. the AWS_* variables of S3_CREDENTIAL_NAMES.
+S3_SECRET_KEYS = frozenset({"access_key", "secret_key", "session_token", "aws_access_key_id",
+                            "aws_secret_access_key", "aws_session_token"})
+S3_VALUE = re.compile(r"[!#%&(-\[\]-_a-~]+")  # printable ASCII but quotes, $, backslash and backtick
+S3_HINT = ("put them in the controller file named by kvprov_engine_s3_credentials_file (lines AWS_ACCESS_KEY_ID=..., "
+           "AWS_SECRET_ACCESS_KEY=..., optional AWS_SESSION_TOKEN=...): deploy writes them to the root-only "
+           "/etc/kvprov/secrets/engine.env and NIXL and LMCache read them from the environment")
+
+
+def s3_secrets_in(value: Any, path: tuple = ()) -> list[Finding]:
+    """S3 credentials in a value rendered into a config file (any key, at any depth, in any case)."""
+    out = []
+    if isinstance(value, dict):
+        for key, v in value.items():
+            if str(key).lower() in S3_SECRET_KEYS:
+                out.append(Finding(f"{key}: S3 credentials must not be written into a config file (0644/0640, "
+                                   f"collected in bundles, shown in audit diffs); {S3_HINT}", path + (key,)))
+            else:
+                out += s3_secrets_in(v, path + (key,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += s3_secrets_in(v, path + (i,))
+    return out
+
+
+def s3_secrets_in_environment(value: dict) -> list[Finding]:
+    """AWS credentials as plain environment: an Environment= line of a 0644 unit."""
+    return [Finding(f"{key}: an Environment= line of the unit is readable by every user (and in `systemctl "
+                    f"show`); {S3_HINT}", (key,)) for key in value if str(key).upper() in S3_CREDENTIAL_NAMES]
+
+
+def s3_credentials_file(value: str) -> list[Finding]:
+    """The controller file of S3 credentials: AWS-style KEY=value lines (values never printed)."""
+    if not value:
+        return []
+    found = absolute_path(value)
+    if found:
+        return found
+    path = Path(value)
+    if not path.is_file():
+        return [Finding(f'"{value}" is not a file on this controller (deploy copies the credentials from it)')]
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        return [Finding(f'"{value}" cannot be read: {getattr(e, "strerror", None) or e}')]
+    out: list[Finding] = []
+    seen: list[str] = []
+    for n, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, val = line.partition("=")
+        where = f'"{value}" line {n}: '
+        if name not in S3_CREDENTIAL_NAMES or not sep:  # the name only when it is an AWS_ one (never a value)
+            shown = f"{name}: " if sep and re.fullmatch(r"AWS_[A-Z0-9_]+", name) else ""
+            out.append(Finding(f"{where}{shown}only {', '.join(S3_CREDENTIAL_NAMES)} may be set, as NAME=value "
+                               "(no export, no other variables: the file goes into every engine's environment; "
+                               "region and endpoint belong in the [plugin.obj] table)"))
+        elif name in seen:
+            out.append(Finding(f"{where}{name} a second time"))
+        elif not S3_VALUE.fullmatch(val):
+            out.append(Finding(f"{where}the value of {name} must be printable ASCII without spaces, quotes, "
+                               "backslashes, $ or ` (systemd's EnvironmentFile= would rewrite it)"))
+        seen.append(name)
+    missing = [n for n in S3_CREDENTIAL_NAMES[:2] if n not in seen]
+    if missing:
+        out.append(Finding(f'"{value}" has no {" and no ".join(missing)} line (both are needed; '
+                           "AWS_SESSION_TOKEN is optional)"))
+    if path.stat().st_mode & 0o077:
+        out.append(Finding(f'"{value}" can be read by others on this controller: chmod 600 it', severity="warning"))
+    return out
+
+
+def all_of(*rules: Callable[[Any], list[Finding]]) -> Callable[[Any], list[Finding]]:
+    """Several value rules on one variable."""
+    return lambda value: [f for rule in rules for f in rule(value)]
+
+
 def environment(value: dict) -> list[Finding]:
     out = []
     for key, v in value.items():
@@ -640,8 +723,9 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_engine_host": listen_address,
     "kvprov_engine_api_key_file": secret_file,
     "kvprov_engine_hf_token_file": secret_file,
+    "kvprov_engine_s3_credentials_file": s3_credentials_file,
     "kvprov_engine_model_path": model_path,
-    "kvprov_engine_environment": environment,
+    "kvprov_engine_environment": all_of(environment, s3_secrets_in_environment),
     "kvprov_engine_hash_seed": int_range(0, 4294967295),
     "kvprov_engine_find_links": absolute_or_empty,
     "kvprov_engine_wheelhouse": absolute_or_empty,
@@ -666,10 +750,10 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_lmcache_inproc_max_local_disk_size": positive_number,
     "kvprov_lmcache_inproc_nixl_pool_size": int_range(1),
     "kvprov_lmcache_inproc_gds_buffer_size": int_range(1, note=" (MiB)"),
-    "kvprov_lmcache_inproc_config": lmcache_config,
+    "kvprov_lmcache_inproc_config": all_of(lmcache_config, s3_secrets_in),
     "kvprov_gds_cufile_path": absolute_path,
-    "kvprov_nixl_plugins": nixl_plugins,
-    "kvprov_nixl_backend_options": nixl_backend_options,
+    "kvprov_nixl_plugins": all_of(nixl_plugins, s3_secrets_in),
+    "kvprov_nixl_backend_options": all_of(nixl_backend_options, s3_secrets_in),
     "kvprov_engine_instances": engine_instances,
     "kvprov_gds_rdma_dev_addr_list": ip_addresses,
 }
@@ -879,7 +963,7 @@ def engine_rules(h: HostView) -> list[Problem]:
     engine = h.get("kvprov_engine")
     if engine not in ENGINES:
         return []
-    out = _other_engines_settings(h, engine) + _exposure(h)
+    out = _other_engines_settings(h, engine) + _exposure(h) + _s3_without_credentials(h)
     instances = h.get(instances_var(h)) or []
     out += _instance_ports(h, engine, instances)
     rules = {"vllm_offload": _vllm_offload, "lmcache_mp": _lmcache_mp, "lmcache_inproc": _lmcache_inproc}
@@ -895,6 +979,26 @@ def _exposure(h: HostView) -> list[Problem]:
                                                 "it can use the model and fill the KV cache; set "
                                                 "kvprov_engine_api_key_file", severity="warning")]
     return []
+
+
+def _s3_without_credentials(h: HostView) -> list[Problem]:
+    """S3 in use with no credentials file: the AWS SDK's default chain applies (an instance
+    role, ~/.aws of the engine user), which may be meant; say so."""
+    if h.get("kvprov_engine_s3_credentials_file"):
+        return []
+    engine = h.get("kvprov_engine")
+    obj = (h.get("kvprov_nixl_plugins") or {}).get("obj")
+    remote = (h.get("kvprov_lmcache_inproc_config") or {}).get("remote_url")
+    if engine == "sglang_hicache" and isinstance(obj, dict) and obj.get("active") is True:
+        var, path, what = "kvprov_nixl_plugins", ("obj", "active"), "the active NIXL plugin obj"
+    elif engine == "lmcache_inproc" and isinstance(remote, str) and remote.startswith("s3://"):
+        var, path, what = "kvprov_lmcache_inproc_config", ("remote_url",), "LMCache's remote_url s3://"
+    else:
+        return []
+    return [h.problem(var, f"{what} talks to S3 and kvprov_engine_s3_credentials_file is not set: the AWS SDK "
+                           "then takes credentials from its default chain (an instance role, ~/.aws of the engine "
+                           "user); set kvprov_engine_s3_credentials_file unless the hosts have such a role",
+                      *path, severity="warning")]
 
 
 def _other_engines_settings(h: HostView, engine: str) -> list[Problem]:
