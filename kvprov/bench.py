@@ -21,7 +21,7 @@ import time
 from kvprov import check, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from kvprov.validate import report
-from kvprov.validate.result import FAIL, PASS, Result, summarize
+from kvprov.validate.result import FAIL, PASS, SKIP, Result, summarize
 
 CAPTURE_TASK = "Report the acceptance test"
 MiB = 1 << 20
@@ -57,6 +57,9 @@ def _threshold(host: str, op: str, p: dict | None, minimum: float, setup: str) -
 def judge(host: str, report_: dict) -> list[Result]:
     """The results of one host's acceptance test (the role's `kvprov_bench_report`)."""
     r = report_.get("result") or {}
+    if r.get("skipped"):  # the active plugin is not a file plugin (obj): nothing on the mount to measure
+        return [Result("bench.run", "bench", SKIP, "the acceptance test runs through a NIXL file plugin",
+                       r["skipped"], "", host)]
     if not r.get("ok"):
         why = r.get("error") or (report_.get("stderr") or "").strip()[-500:] or f"exit {report_.get('rc')}"
         return [Result("bench.run", "bench", FAIL, "the acceptance test runs through NIXL", why,
