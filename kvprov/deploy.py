@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from kvprov import check, lock, runner
-from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
+from kvprov import check, inventory, lock, runner
+from kvprov.errors import EXIT_BUSY, EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 
 
 def add_parser(sub) -> None:
@@ -21,15 +21,36 @@ def add_parser(sub) -> None:
     p.add_argument("--tags", help="only these role tags (e.g. nixl,sglang)")
     p.add_argument("--allow-remount", action="store_true",
                    help="remount the KV mount when its live options differ (only if nothing uses it)")
+    p.add_argument("--stop-engines", action="store_true",
+                   help="with --allow-remount: stop the running engines that require the mount, remount, "
+                        "start them again (otherwise such a remount is refused)")
     p.add_argument("--json", metavar="FILE", help="write the per-host summary and failures as JSON")
     p.set_defaults(func=cmd_deploy)
+
+
+HOST_LOCK_TASK = "Take the host's deploy lock"  # playbooks/site.yml
+ROLLOUT = ("kvprov_deploy_serial", "kvprov_deploy_max_fail_percentage")
+
+
+def rollout(path: str) -> dict:
+    """serial and max_fail_percentage are play keywords: Ansible reads them once per play from
+    extra vars, never from host variables. kvprov passes the inventory's values (the same on
+    every target host: `kvprov check`)."""
+    hosts = inventory.load(path).hosts
+    return {name: hosts[0].value(name) for name in ROLLOUT
+            if hosts and hosts[0].var(name) is not None and not hosts[0].is_default(name)}
 
 
 def cmd_deploy(args) -> int:
     hosts = check.require_valid(args.inventory)
     print(f"deploy: {len(hosts)} host(s){' (check mode: no changes)' if args.check else ''}", file=sys.stderr)
-    extravars = {"kvprov_storage_allow_remount": True} if args.allow_remount else {}
-    with lock.inventory_lock(args.inventory, "deploy --check" if args.check else "deploy"):
+    command = "deploy --check" if args.check else "deploy"
+    extravars = {**lock.host_lock_vars(args.inventory, command), **rollout(args.inventory)}
+    if args.stop_engines and not args.allow_remount:
+        raise KvprovError("--stop-engines goes with --allow-remount", EXIT_USAGE)
+    if args.allow_remount:
+        extravars.update(kvprov_storage_allow_remount=True, kvprov_storage_stop_dependents=args.stop_engines)
+    with lock.inventory_lock(args.inventory, command):
         result = runner.run("site.yml", args.inventory, name="deploy", extravars=extravars, limit=args.limit,
                             tags=args.tags, check=args.check, diff=args.diff or args.check)
     if args.diff or args.check:
@@ -37,8 +58,15 @@ def cmd_deploy(args) -> int:
     runner.print_summary(result)
     if args.json:
         runner.write_json(result, args.json)
+    return exit_code(result)
+
+
+def exit_code(result: runner.RunResult) -> int:
+    """3 unreachable, 6 when the only failures are hosts another run holds, 1 other failures."""
     if result.unreachable:
         return EXIT_UNREACHABLE
+    if result.failures and all(f.task == HOST_LOCK_TASK for f in result.failures):
+        return EXIT_BUSY
     if result.failures or result.rc != 0:
         return EXIT_CHECKS_FAILED
     return EXIT_OK

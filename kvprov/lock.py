@@ -9,6 +9,8 @@ import fcntl
 import hashlib
 import json
 import os
+import secrets
+import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +46,14 @@ def inventory_lock(inventory: str, command: str):
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def host_lock_vars(inventory: str, command: str) -> dict:
+    """Extra vars for site.yml's host-side lock (playbooks/library/kvprov_host_lock.py): the
+    owner is this controller and inventory, so a rerun takes over what an interrupted run of
+    the same inventory left, and a run from anywhere else is refused by name."""
+    return {"kvprov_lock_owner": f"{socket.gethostname()}:{os.path.realpath(inventory)}",
+            "kvprov_lock_command": f"kvprov {command}", "kvprov_run_id": secrets.token_hex(6)}
 
 
 def _holder(fd: int) -> str:

@@ -90,6 +90,8 @@ class _Printer:
                 self.result.captured[host] = data.get("res", {})
             if data.get("res", {}).get("changed"):
                 self.say(f"  changed: {host}")
+            for warning in data.get("res", {}).get("warnings") or []:
+                self.say(f"  warning: {host}: {' '.join(str(warning).split())}")
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             failure = Failure(host, task, _message(data.get("res", {})))
             self.result.failures.append(failure)
@@ -138,7 +140,7 @@ def run(playbook: str, inventory: Path, *, name: str, extravars: dict | None = N
     )
     result.rc = r.rc
     result.seconds = time.monotonic() - t0
-    if r.status not in ("successful", "failed") and not result.failures:
+    if r.rc != 0 and not result.failures:  # ansible-playbook itself stopped (syntax, crash, timeout)
         tail = (private / "artifacts").glob("*/stdout")
         text = "".join(p.read_text(errors="replace")[-3000:] for p in tail)
         result.failures.append(Failure("-", "ansible-playbook", f"run {r.status}: {text.strip()}"))

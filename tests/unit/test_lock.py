@@ -1,5 +1,6 @@
 """Two changes to one inventory at once: the second is refused, naming the first."""
 
+import os
 import subprocess
 import sys
 
@@ -43,3 +44,57 @@ def test_other_inventories_are_not_locked(tmp_path, monkeypatch):
     with lock.inventory_lock(str(ROOT / "inventory/example.yml"), "deploy"):
         with lock.inventory_lock(str(ROOT / "inventory/lab.yml"), "deploy"):
             assert len(list(tmp_path.iterdir())) == 2
+
+
+# ---------------------------------------------------------------------------- host-side lock
+
+def _host_lock_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kvprov_host_lock", ROOT / "playbooks/library/kvprov_host_lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hl = _host_lock_module()
+
+
+def test_host_lock_is_refused_to_another_controller_and_taken_over_from_our_own_interrupted_run(tmp_path):
+    path = str(tmp_path / "run" / "deploy.lock")
+    assert hl.take(path, "laptop:/inv.yml", "kvprov deploy", "r1", check=False) == (True, "")
+    assert (tmp_path / "run").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "run/deploy.lock").stat().st_mode & 0o777 == 0o600
+    ok, message = hl.take(path, "awx:/inv.yml", "kvprov audit --fix", "r2", check=False)
+    assert not ok and "`kvprov deploy` from laptop:/inv.yml (run r1" in message and path in message
+    # the same controller and inventory: the run that held it is gone (it held the controller lock)
+    ok, message = hl.take(path, "laptop:/inv.yml", "kvprov deploy", "r3", check=False)
+    assert ok and "took over" in message and "run r1" in message
+    assert not hl.release(path, "r1", check=False)  # only the holder releases
+    assert hl.release(path, "r3", check=False) and not os.path.lexists(path)
+    assert os.listdir(tmp_path / "run") == []
+
+
+def test_host_lock_check_mode_reads_only_and_a_lock_it_cannot_read_is_held(tmp_path):
+    path = str(tmp_path / "run" / "deploy.lock")
+    assert hl.take(path, "laptop:/inv.yml", "kvprov deploy --check", "r1", check=True) == (True, "")
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "run").mkdir(mode=0o700)
+    (tmp_path / "run/deploy.lock").write_text("not json")
+    ok, message = hl.take(path, "laptop:/inv.yml", "kvprov deploy", "r2", check=False)
+    assert not ok and "is changing this host" in message
+
+
+def test_host_lock_never_follows_a_link_or_uses_a_directory_others_can_write(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    os.symlink(victim, run / "deploy.lock")
+    with pytest.raises(OSError):
+        hl.take(str(run / "deploy.lock"), "laptop:/inv.yml", "kvprov deploy", "r1", check=False)
+    assert victim.read_text() == "keep"
+    (run / "deploy.lock").unlink()
+    run.chmod(0o777)
+    with pytest.raises(PermissionError):
+        hl.take(str(run / "deploy.lock"), "laptop:/inv.yml", "kvprov deploy", "r1", check=False)
