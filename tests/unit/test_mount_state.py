@@ -74,6 +74,15 @@ def test_open_users_finds_a_cwd_under_the_mount(tmp_path):
     os.symlink("/mnt/kvcache-other/x", proc / "43/cwd")  # a sibling path is not "under" the mount
     os.symlink("/mnt/kvcache/f", proc / "43/fd/3")
     (proc / "43/comm").write_text("python3\n")
+    (proc / "43/cgroup").write_text("0::/system.slice/kvprov-sglang-main.service\n")
     (proc / "self").mkdir()
-    assert sorted(ms.open_users("/mnt/kvcache", str(proc))) == ["42 (sglang)", "43 (python3)"]
+    assert sorted(ms.open_users("/mnt/kvcache", str(proc)), key=lambda u: u["pid"]) == [
+        {"pid": 42, "comm": "sglang", "unit": ""},
+        {"pid": 43, "comm": "python3", "unit": "kvprov-sglang-main.service"}]
     assert ms.open_users("/srv", str(proc)) == []
+
+
+def test_the_service_of_a_process_comes_from_its_cgroup():
+    assert ms.service_of("0::/system.slice/kvprov-vllm-a.service\n") == "kvprov-vllm-a.service"
+    assert ms.service_of("12:pids:/system.slice/ssh.service/x\n0::/user.slice/session-1.scope") == "ssh.service"
+    assert ms.service_of("0::/user.slice/user-0.slice/session-3.scope\n") == ""

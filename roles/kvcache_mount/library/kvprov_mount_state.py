@@ -14,6 +14,7 @@ options:
   path: {type: str, required: true, description: Mount point.}
   source: {type: str, default: "", description: Desired source (server:/export).}
   options: {type: list, elements: str, default: [], description: Desired mount options.}
+  unit: {type: str, default: "", description: "The mount unit: its running dependents are listed (a remount restarts them)."}
 """
 
 import os
@@ -91,7 +92,8 @@ def differences(live: dict, source: str, desired: list) -> list:
 
 
 def open_users(path: str, proc: str = "/proc") -> list:
-    """Processes with a cwd, root, executable or open file under `path`."""
+    """Processes with a cwd, root, executable or open file under `path`:
+    [{"pid", "comm", "unit"}] (unit: the systemd service whose cgroup holds it, or "")."""
     prefix = path.rstrip("/") + "/"
     users = []
     for pid in os.listdir(proc):
@@ -108,14 +110,38 @@ def open_users(path: str, proc: str = "/proc") -> list:
             except OSError:
                 continue
             if target == path or target.startswith(prefix):
-                try:
-                    with open(f"{proc}/{pid}/comm") as fh:
-                        comm = fh.read().strip()
-                except OSError:
-                    comm = "?"
-                users.append(f"{pid} ({comm})")
+                users.append({"pid": int(pid), "comm": _read(f"{proc}/{pid}/comm") or "?",
+                              "unit": service_of(_read(f"{proc}/{pid}/cgroup"))})
                 break
     return users
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def service_of(cgroup: str) -> str:
+    """The service a process runs in, from /proc/PID/cgroup (`0::/system.slice/x.service`)."""
+    for line in cgroup.splitlines():
+        for part in reversed(line.rpartition(":")[2].split("/")):
+            if part.endswith(".service"):
+                return part
+    return ""
+
+
+def active_dependents(module, unit: str) -> list:
+    """Running units that Require (RequiresMountsFor=) or are bound to the mount unit: a
+    restart of the mount restarts them too."""
+    rc, out, _ = module.run_command(["systemctl", "show", "--value", "-p", "RequiredBy", "-p", "BoundBy", unit])
+    names = sorted({name for name in out.split() if name.endswith(".service")}) if rc == 0 else []
+    if not names:
+        return []
+    _, out, _ = module.run_command(["systemctl", "is-active", *names])
+    return [name for name, state in zip(names, out.split()) if state in ("active", "activating", "reloading")]
 
 
 def main():
@@ -124,17 +150,22 @@ def main():
     module = AnsibleModule(
         argument_spec={"path": {"type": "str", "required": True},
                        "source": {"type": "str", "default": ""},
-                       "options": {"type": "list", "elements": "str", "default": []}},
+                       "options": {"type": "list", "elements": "str", "default": []},
+                       "unit": {"type": "str", "default": ""}},
         supports_check_mode=True)
     path = module.params["path"].rstrip("/") or "/"
     with open("/proc/self/mountinfo") as fh:
         live = parse_mountinfo(fh.read(), path)
     if live is None:
-        module.exit_json(changed=False, mounted=False, differences=[], users=[])
+        module.exit_json(changed=False, mounted=False, differences=[], users=[], dependents=[])
     diffs = differences(live, module.params["source"], module.params["options"])
+    users = open_users(path) if diffs else []
+    dependents = active_dependents(module, module.params["unit"]) if diffs and module.params["unit"] else []
     module.exit_json(changed=False, mounted=True, source=live["source"], fstype=live["fstype"],
-                     options=live["options"], differences=diffs,
-                     users=open_users(path) if diffs else [])
+                     options=live["options"], differences=diffs, dependents=dependents,
+                     users=[f"{u['pid']} ({u['comm']}{', ' + u['unit'] if u['unit'] else ''})" for u in users],
+                     # users a stop of the dependents would not end
+                     other_users=[f"{u['pid']} ({u['comm']})" for u in users if u["unit"] not in dependents])
 
 
 if __name__ == "__main__":
