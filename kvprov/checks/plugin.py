@@ -23,6 +23,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("kvprov").addoption(
         "--kvprov-inventory", dest="kvprov_inventory", metavar="INVENTORY",
         help="the kvprov inventory giving the desired state (default: --ansible-inventory)")
+    parser.getgroup("kvprov").addoption(
+        "--kvprov-timeout", dest="kvprov_timeout", type=int, default=30, metavar="SECONDS",
+        help="limit for each probe that touches the KV mount (a hard NFS mount whose server is gone "
+             "would block it forever; default 30)")
 
 
 def _inventory(config: pytest.Config) -> str:
@@ -44,6 +48,12 @@ def _inventory_name(path: str, name: str, port: int | None) -> str | None:
         if h.value("ansible_host") == name and (port is None or int(h.value("ansible_port") or 22) == port):
             return h.name
     return None
+
+
+@pytest.fixture
+def kvprov_timeout(request) -> int:
+    """Seconds each probe of the KV mount may take (--kvprov-timeout)."""
+    return request.config.getoption("kvprov_timeout")
 
 
 @pytest.fixture

@@ -124,20 +124,33 @@ def test_venv_versions(host, kvprov_desired: Desired):
     _fail_if(problems, "venv versions differ from the inventory's pins")
 
 
-def test_storage_dirs(host, kvprov_desired: Desired):
-    """Each engine instance's NIXL storage dir is on the KV tier, owned by the service user, mode 0750."""
+def on_mount(host, seconds: int, command: str, *args: str) -> str:
+    """Run a command that touches the KV mount under `timeout`: a hard NFS mount whose server
+    is gone fails the test after `seconds` instead of hanging the run."""
+    run = host.run(f"timeout -k 5 {seconds} {command}", *args)
+    if run.rc in (124, 137):
+        pytest.fail(f"`{command % args}` did not finish within {seconds}s: the KV mount does not answer "
+                    "(is its NFS server up?)", pytrace=False)
+    return run.stdout.strip() if run.rc == 0 else ""
+
+
+def test_storage_dirs(host, kvprov_desired: Desired, kvprov_timeout: int):
+    """Each engine instance's NIXL storage dir is on the KV tier, a real directory (not a link)
+    owned by the service user, mode 0750."""
     d = kvprov_desired
     problems = []
     for inst in d.instances:
-        f = host.file(inst.storage_dir)
-        if not f.is_directory:
-            problems.append(f"{inst.storage_dir}: not a directory")
+        found = on_mount(host, kvprov_timeout, "stat -c '%%F|%%U|%%G|%%a' -- %s", inst.storage_dir)
+        kind, _, owner = found.partition("|")
+        if kind != "directory":
+            problems.append(f"{inst.storage_dir}: {kind or 'missing'}, not a directory")
             continue
-        if (f.user, f.group, f.mode) != (d.engine_user, d.engine_user, 0o750):
-            problems.append(f"{inst.storage_dir}: {f.user}:{f.group} {f.mode:04o}, "
+        user, group, mode = owner.split("|")
+        if (user, group, int(mode, 8)) != (d.engine_user, d.engine_user, 0o750):
+            problems.append(f"{inst.storage_dir}: {user}:{group} {int(mode, 8):04o}, "
                             f"want {d.engine_user}:{d.engine_user} 0750")
         if d.is_nfs:
-            mount = host.check_output("findmnt -n -o TARGET --target %s", inst.storage_dir)
+            mount = on_mount(host, kvprov_timeout, "findmnt -n -o TARGET --target %s", inst.storage_dir)
             if mount != d.mount_point:
                 problems.append(f"{inst.storage_dir}: on {mount}, not on the KV mount {d.mount_point}")
     _fail_if(problems, "engine storage directories")
