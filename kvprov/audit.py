@@ -4,8 +4,9 @@ For each host, the desired state (kvprov.desired: the inventory and the roles' o
 variables and templates) against the live state, gathered in one module call per host,
 hosts in parallel (playbooks/collect.yml without its I/O and NIXL probes):
 
-- every managed file, with a unified diff when it differs; unmanaged kvprov files in the
-  managed directories (warnings);
+- every managed file, with a unified diff when it differs (secret values and secret files
+  shown as `<redacted>`, kvprov.redact); unmanaged kvprov files in the managed directories
+  (warnings);
 - the live mount (source, options, transport) and its persistence (the mount unit);
 - unit enabled/active states, required OS packages, pinned versions in the venvs, and the
   engine's storage directories.
@@ -24,13 +25,13 @@ import posixpath
 import sys
 import time
 
-from kvprov import check, lock, runner
+from kvprov import check, deploy, lock, redact, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import bundle as bf
 from kvprov.validate import parsers, report
 from kvprov.validate.bundle import Bundle, Desired, FileProblem
 from kvprov.validate.checks.engine import engine_storage_dir  # (importing kvprov.validate.checks registers CHECKS)
-from kvprov.validate.collect import CAPTURE_TASK
+from kvprov.validate.collect import CAPTURE_TASK, bundle_files
 from kvprov.validate.context import CHECKS, Context, run_check
 from kvprov.validate.report import write_file, write_reports
 from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result, res, show
@@ -54,7 +55,9 @@ def file_check(c: Context, path: str, want: str, role: str) -> Result:
     diff = list(difflib.unified_diff(want.splitlines(keepends=True), live.splitlines(keepends=True),
                                      f"{path} (desired)", f"{path} (live)", n=1))
     changed = sum(1 for line in diff[2:] if line[:1] in "+-")
-    result = res(FAIL, expected, f"{changed} line(s) differ", c.deploy(role))
+    diff, redacted = redact.redact_diff(diff, path)  # secrets never reach a terminal, JSON or JUnit
+    result = res(FAIL, expected, f"{changed} line(s) differ" + (" (secret values redacted)" if redacted else ""),
+                 c.deploy(role))
     shown = diff[:MAX_DIFF_LINES] + ([f"... {len(diff) - MAX_DIFF_LINES} more diff lines\n"]
                                      if len(diff) > MAX_DIFF_LINES else [])
     result.detail = "".join(line if line.endswith("\n") else line + "\n" for line in shown).rstrip("\n")
@@ -207,7 +210,7 @@ def gather(inventory: str, limit: str | None, timeout: int) -> list[Result]:
                         extravars={"kvprov_collect_timeout": timeout, "kvprov_collect_probes": False})
     results: list[Result] = []
     for host, captured in sorted(result.captured.items()):
-        b = Bundle(files=captured.get("files") or {})
+        b = Bundle(files=bundle_files(captured))
         try:
             results += audit(b, bf.load_desired(b))
         except bf.DesiredError as e:
@@ -265,7 +268,9 @@ def cmd_audit(args) -> int:
     hosts = drifted(results)
     print(report.format_table(results, everything=args.verbose), file=sys.stderr)
     print(f"{summary}\naudit --fix: deploying {', '.join(hosts)}", file=sys.stderr)
-    extravars = {"kvprov_storage_allow_remount": True} if args.allow_remount else {}
+    extravars = {**lock.host_lock_vars(args.inventory, "audit --fix"), **deploy.rollout(args.inventory)}
+    if args.allow_remount:
+        extravars["kvprov_storage_allow_remount"] = True
     with lock.inventory_lock(args.inventory, "audit --fix"):
         deployed = runner.run("site.yml", args.inventory, name="audit-fix", extravars=extravars,
                               limit=",".join(hosts))

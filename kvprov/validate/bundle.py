@@ -25,8 +25,9 @@ from typing import Any, Mapping
 
 from kvprov.errors import EXIT_USAGE, KvprovError
 
-FORMAT = 3  # the bundle format this kvprov writes and reads (desired.json / collect.json "format")
-READABLE_FORMATS = (2, 3)  # 2: before there was more than one engine (SGLang only)
+FORMAT = 3  # desired.json's "format": the one this kvprov writes and reads (and 2, converted)
+COLLECT_FORMAT = 4  # collect.json's "format", the bundle format: 4 filters /etc/fstab and redacts its credentials
+READABLE_FORMATS = (2, 3, 4)  # 2: before there was more than one engine (SGLang only); 3: the whole /etc/fstab
 
 # ---------------------------------------------------------------------------- file names
 

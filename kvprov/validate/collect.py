@@ -3,6 +3,7 @@ DIR/<host>/ (docs/bundle.md), one module call per host (playbooks/collect.yml)."
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import sys
@@ -22,6 +23,17 @@ def _safe_name(name: str) -> str | None:
     return norm
 
 
+def bundle_files(captured: dict) -> dict:
+    """One host's bundle from the capture task's result (playbooks/collect.yml): the files the
+    collector returned, and desired.json from the controller's own desired state (the collector
+    never gets the managed files' content: its arguments are logged on the target)."""
+    data = (captured.get("ansible_facts") or {}).get("kvprov_collected") or {}
+    files = dict(data.get("files") or {})
+    if isinstance(data.get("desired"), dict):
+        files["desired.json"] = json.dumps(data["desired"], indent=2)
+    return files
+
+
 def write_bundle(root: Path, files: dict) -> list[str]:
     """Write one host's captured files under root; return the names written."""
     written = []
@@ -30,7 +42,9 @@ def write_bundle(root: Path, files: dict) -> list[str]:
         if rel is None or not isinstance(text, str):
             continue
         path = root / rel
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for d in reversed(Path(rel).parents[:-1]):  # each directory 0700 (mkdir's parents would be 0755)
+            (root / d).mkdir(mode=0o700, exist_ok=True)
         # a capture holds the host's configuration: readable by its owner only, never through a link
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as fh:
@@ -46,7 +60,7 @@ def collect(inventory: str, out: Path, limit: str | None = None, stream=None, ti
                         extravars={"kvprov_version": __version__, "kvprov_collect_timeout": timeout},
                         limit=limit, stream=stream or sys.stderr, capture=CAPTURE_TASK)
     for host, res in result.captured.items():
-        write_bundle(out / host, res.get("files") or {})
+        write_bundle(out / host, bundle_files(res))
     return result
 
 

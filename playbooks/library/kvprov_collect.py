@@ -4,7 +4,8 @@
 Stdlib only. Everything that could block on a hard NFS mount that lost its server (I/O,
 stat, the NIXL probe) runs in a child process under a timeout; a child stuck in the
 kernel is abandoned, never waited for. Returns {"files": {bundle name: text}}; the
-controller writes them to DIR/<host>/.
+controller writes them, and desired.json (which this module never sees whole: its
+arguments are logged on the target), to DIR/<host>/.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ DOCUMENTATION = r"""
 module: kvprov_collect
 short_description: Capture the live KV-cache tier state of a host for kvprov validate
 options:
-  desired: {type: dict, required: true, description: desired.json content (managed files, units, venvs)}
+  desired:
+    type: dict
+    required: true
+    description: >-
+      what to probe: desired.json without the managed files' content (`files` is the list of
+      their paths). Module arguments are logged on the target (syslog/journal), so no file
+      content is ever passed; the controller writes desired.json into the bundle.
   probes: {type: bool, default: true, description: "false: no I/O probe, NIXL probe, gdscheck or health call (audit)"}
   io_bytes: {type: int, default: 4194304, description: size of the I/O probe file}
   timeout: {type: int, default: 30, description: seconds for each probe}
@@ -27,8 +34,10 @@ import subprocess
 import sys
 import time
 
-FORMAT = 3
+FORMAT = 4  # collect.json's; 4: /etc/fstab filtered and redacted, desired.json written by the controller
 MAX_FILE = 1 << 20
+# A credential-like name (kvprov.redact.SECRET_NAME; a unit test keeps the two equal).
+SECRET_NAME = r"[A-Za-z0-9_.-]*(?:pass|secret|token|key|cred)[A-Za-z0-9_.-]*"
 
 NIXL_PROBE = r"""
 import json, sys
@@ -190,6 +199,39 @@ def http_get(url: str, timeout: float = 5) -> tuple:
         return None, "", str(e)
 
 
+def _unescape(field: str) -> str:
+    """fstab's octal escapes (\\040 is a space), as the kernel and mount(8) read them."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def fstab_lines(text: str, mount_point: str, source: str) -> str:
+    """What validate needs of /etc/fstab, and nothing else: the lines that mount on the KV mount
+    point, mount its export, or are NFS; no comments; credential-like option values (password=,
+    credentials=, token=, anything named like pass|secret|token|key|cred; user=name%password)
+    and a password in the source (//user:pass@host) as ***. sec= is kept."""
+    secret = re.compile(rf"^{SECRET_NAME}$", re.I)
+    want = os.path.normpath(mount_point)
+    out = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 3 or fields[0].startswith("#"):
+            continue
+        if not (os.path.normpath(_unescape(fields[1])) == want or fields[0] == source
+                or fields[2] in ("nfs", "nfs4")):
+            continue
+        fields[0] = re.sub(r"(://[^/:@\s]*:)[^@\s]*@", r"\1***@", fields[0])
+        if len(fields) > 3:
+            opts = []
+            for opt in fields[3].split(","):
+                name, eq, value = opt.partition("=")
+                if eq and (secret.match(name) or (name in ("user", "username") and "%" in value)):
+                    opt = f"{name}=***"
+                opts.append(opt)
+            fields[3] = ",".join(opts)
+        out.append(" ".join(fields) + "\n")
+    return "".join(out)
+
+
 def redact(argv: list) -> list:
     """A command line without the secrets it carries (an engine's --api-key)."""
     out = list(argv)
@@ -234,7 +276,6 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     skipped: dict[str, str] = {}
     storage, nixl, engine, gds = desired["storage"], desired["nixl"], desired["engine"], desired["gds"]
     mp = storage["mount_point"]
-    out["desired.json"] = json.dumps(desired, indent=2)
 
     no_probe = "not probed (kvprov audit reads configuration only)"
     if not probes:
@@ -315,7 +356,10 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
         except OSError as e:
             errors["files" + path] = str(e)
     if os.path.exists("/etc/fstab"):
-        out["files/etc/fstab"] = read("/etc/fstab")
+        try:
+            out["files/etc/fstab"] = fstab_lines(read("/etc/fstab"), mp, f"{storage['server']}:{storage['export']}")
+        except OSError as e:
+            errors["files/etc/fstab"] = str(e)
 
     out["managed_dirs.json"] = json.dumps(list_dirs(files), indent=2)
     out["venvs.json"] = json.dumps({venv: venv_versions(venv) for venv in sorted(desired["venvs"])}, indent=2)

@@ -168,3 +168,23 @@ def test_testinfra_hosts_map_to_inventory_hosts():
     assert _inventory_name(inv, "kvlab-gpu1", None) == "kvlab-gpu1"  # ansible://kvlab-gpu1
     assert _inventory_name(inv, "127.0.0.1", 2221) == "kvlab-gpu1"  # paramiko://root@127.0.0.1:2221
     assert _inventory_name(inv, "127.0.0.1", 2999) is None
+
+
+@pytest.mark.parametrize("path, want, live", [
+    ("/etc/kvprov/lmcache-main.yaml", "chunk_size: 256\naws_secret_access_key: OLD-S3-SECRET\n",
+     "chunk_size: 256\naws_secret_access_key: NEW-S3-SECRET\n"),
+    ("/etc/kvprov/secrets/engine.env", "VLLM_API_KEY=OLD-S3-SECRET\nOTHER=1\n", "VLLM_API_KEY=NEW-S3-SECRET\nOTHER=1\n"),
+])
+def test_a_secret_never_reaches_a_diff_or_report_but_the_difference_does(path, want, live):
+    files = files_of("lab_gpu1")
+    desired = json.loads(files["desired.json"])
+    desired["files"][path] = {"mode": "0600", "role": "engine", "content": want}
+    files["desired.json"], files["files" + path] = json.dumps(desired), live
+    results = run(files)
+    r = results[f"file:{path}"]
+    assert (r.status, r.found) == ("fail", "2 line(s) differ (secret values redacted)")
+    assert "S3-SECRET" not in r.detail and r.detail.startswith(f"--- {path} (desired)")
+    assert [line[1:].split()[-1] for line in r.detail.splitlines()[2:] if line[:1] in "+-"] == ["<redacted>"] * 2
+    rs = list(results.values())
+    out = report.format_table(rs) + report.format_json(rs) + report.to_junit(rs)
+    assert "S3-SECRET" not in out and "<redacted>" in out

@@ -61,3 +61,48 @@ def test_captured_command_lines_carry_no_api_key():
     assert collector.redact(["python3", "-m", "sglang.launch_server", "--api-key", "sk-1", "--port", "8000"]) == [
         "python3", "-m", "sglang.launch_server", "--api-key", "<redacted>", "--port", "8000"]
     assert collector.redact(["x", "--api-key=sk-1"]) == ["x", "--api-key=<redacted>"]
+
+
+def test_fstab_keeps_only_the_kv_and_nfs_lines_with_credentials_redacted():
+    fstab = ("# /etc/fstab: static file system information.\n"
+             "UUID=0a1b / ext4 errors=remount-ro 0 1\n"
+             "10.99.1.1:/kv /mnt/kvcache nfs4 vers=4.1,proto=tcp,sec=sys,password=hunter2 0 0\n"
+             "//fs/share /mnt/kvcache cifs user=bob%hunter2,credentials=/root/.smb,seal 0 0\n"
+             "nas:/home /home nfs rw,auth_token=hunter2,x-secret-key=hunter2 0 0\n"
+             "https://bob:hunter2@dav.example/ /mnt/dav davfs rw 0 0\n"
+             "tmpfs /tmp tmpfs rw,user=alice 0 0\n")
+    assert collector.fstab_lines(fstab, "/mnt/kvcache/", "10.99.1.1:/kv") == (
+        "10.99.1.1:/kv /mnt/kvcache nfs4 vers=4.1,proto=tcp,sec=sys,password=*** 0 0\n"
+        "//fs/share /mnt/kvcache cifs user=***,credentials=***,seal 0 0\n"
+        "nas:/home /home nfs rw,auth_token=***,x-secret-key=*** 0 0\n")
+    assert collector.fstab_lines("a\\040b:/kv /mnt/kv\\040cache nfs4 pass=x 0 0\n", "/mnt/kv cache", "x") == \
+        "a\\040b:/kv /mnt/kv\\040cache nfs4 pass=*** 0 0\n"
+
+
+def test_the_collector_arguments_logged_on_the_target_carry_no_file_content(tmp_path):
+    """A real local Ansible run of playbooks/collect.yml: AnsibleModule logs its arguments
+    (syslog/journal) on the target. They name the managed files, never their content; the
+    bundle's desired.json (with the content) is written by the controller."""
+    (tmp_path / "pp").mkdir()
+    (tmp_path / "pp/sitecustomize.py").write_text(  # what the module hands to syslog (no syslogd here)
+        "import os, syslog\n"
+        "def _log(*args):\n"
+        "    with open(os.environ['LOG_CAPTURE'], 'a') as fh:\n"
+        "        fh.write(str(args[-1]) + '\\n')\n"
+        "syslog.syslog = _log\n")
+    inv = tmp_path / "inv.yml"
+    inv.write_text(json.dumps({"gpu_nodes": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False,
+        "kvprov_storage_profile": "local", "kvprov_storage_pnfs_layout": "none",
+        "kvprov_storage_mount_point": str(tmp_path / "kv"), "kvprov_engine_install": False,
+        "kvprov_engine_model_path": "org/MARKER-7f3a9c"}}}}))
+    log = tmp_path / "syslog.txt"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "pp"), "LOG_CAPTURE": str(log)}
+    r = subprocess.run([sys.executable, "-m", "kvprov", "collect", str(inv), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    desired = json.loads((tmp_path / "out/localhost/desired.json").read_text())
+    unit = desired["files"]["/etc/systemd/system/kvprov-sglang-main.service"]["content"]
+    assert "MARKER-7f3a9c" in unit, r.stderr
+    logged = log.read_text()
+    assert "Invoked with desired=" in logged and "'/etc/systemd/system/kvprov-sglang-main.service'" in logged
+    assert "MARKER" not in logged and "[Install]" not in logged and "ExecStart" not in logged

@@ -18,7 +18,7 @@ def bundle_collect(c: Context) -> Result:
                                                      "on the files that are there")
     notes = []
     if data.get("format") not in bf.READABLE_FORMATS:
-        notes.append(f"format {show(data.get('format'), 20)} (this kvprov reads {bf.FORMAT})")
+        notes.append(f"format {show(data.get('format'), 20)} (this kvprov reads {', '.join(map(str, bf.READABLE_FORMATS))})")
     if data.get("host") != c.d.host:
         notes.append(f"collect.json names host {show(data.get('host'), 60)}, desired.json {c.d.host}: "
                      "files of two hosts mixed?")

@@ -1,0 +1,43 @@
+"""kvprov.redact: the one rule that keeps secret values out of diffs, reports and bundles."""
+
+import importlib.util
+
+import pytest
+
+from kvprov import redact
+from tests.conftest import ROOT
+
+
+@pytest.mark.parametrize("line, shown", [
+    ("VLLM_API_KEY=s3cr3t", "VLLM_API_KEY=<redacted>"),
+    ('export HF_TOKEN="s3cr3t"', 'export HF_TOKEN="<redacted>"'),
+    ("  aws_secret_access_key: s3cr3t", "  aws_secret_access_key: <redacted>"),
+    ('access_key = "s3cr3t"', 'access_key = "<redacted>"'),
+    ('Environment="PASSWORD=s3cr3t" "PORT=8000"', 'Environment="PASSWORD=<redacted>" "PORT=8000"'),
+    ('{"api_key": "s3cr3t", "port": 8000}', '{"api_key": "<redacted>", "port": 8000}'),
+    ("ExecStart=/v/bin/python3 -m x --api-key s3cr3t --port 8000", "ExecStart=/v/bin/python3 -m x --api-key <redacted> --port 8000"),
+    ("srv:/kv /mnt nfs4 password=s3cr3t,sec=krb5 0 0", "srv:/kv /mnt nfs4 password=<redacted>,sec=krb5 0 0"),
+    # not secrets: a reference systemd expands, ordinary settings
+    ("ExecStart=/x --api-key ${KVPROV_ENGINE_API_KEY}", "ExecStart=/x --api-key ${KVPROV_ENGINE_API_KEY}"),
+    ("thread_count = 32", "thread_count = 32"),
+    ("Options=vers=4.1,proto=rdma,port=20049", "Options=vers=4.1,proto=rdma,port=20049"),
+])
+def test_secret_values_are_redacted_and_nothing_else(line, shown):
+    assert redact.redact_line(line) == shown
+
+
+def test_secret_files_and_diffs():
+    assert redact.is_secret_path("/etc/kvprov/secrets/engine.env")
+    assert not redact.is_secret_path("/etc/kvprov/nixl_backend_config.toml")
+    diff = ["--- a (desired)\n", "+++ a (live)\n", "@@ -1 +1 @@\n", "-TOKEN=a\n", "+TOKEN=b\n", " port=1\n"]
+    assert redact.redact_diff(diff, "/etc/kvprov/x.env") == (
+        diff[:3] + ["-TOKEN=<redacted>\n", "+TOKEN=<redacted>\n", " port=1\n"], True)
+    assert redact.redact_diff(diff, "/etc/kvprov/secrets/engine.env")[0][3:] == ["-<redacted>\n", "+<redacted>\n",
+                                                                               " <redacted>\n"]
+
+
+def test_the_collector_carries_the_same_rule():
+    spec = importlib.util.spec_from_file_location("kvprov_collect", ROOT / "playbooks/library/kvprov_collect.py")
+    collector = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(collector)
+    assert collector.SECRET_NAME == redact.SECRET_NAME
