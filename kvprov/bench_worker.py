@@ -395,7 +395,8 @@ class Bench:
             io["t0"] = time.monotonic()
             io["state"] = self.agent.transfer(io["handle"])
         except self.nixl_errors as exc:
-            raise Failure(f"NIXL {self.args.backend} could not start the {op} of {io['path']}: {exc}") from None
+            raise Failure(f"NIXL {self.args.backend} could not start the {op} of {io['path']}: {exc}"
+                          + full_volume(self.run_dir, self.size)) from None
         return io
 
     def close(self, io: dict) -> None:
@@ -439,12 +440,15 @@ class Bench:
                 inflight.append(self.submit(op, prepared[started], free.pop()))
                 started += 1
             for io in list(inflight):
-                state = io["state"] if io["state"] != "PROC" else self.agent.check_xfer_state(io["handle"])
+                try:
+                    state = io["state"] if io["state"] != "PROC" else self.agent.check_xfer_state(io["handle"])
+                except self.nixl_errors as exc:
+                    state = f"an error ({exc})"
                 if state == "PROC":
                     continue
                 if state != "DONE":
-                    raise Failure(f"NIXL {self.args.backend} {op} of {io['path']} ended in {state} "
-                                  f"(the backend's log on stderr says why)")
+                    raise Failure(f"NIXL {self.args.backend} {op} of {io['path']} ended in {state}"
+                                  + (full_volume(self.run_dir, self.size) or " (the backend's log on stderr says why)"))
                 t_end = time.monotonic()
                 lat.append((t_end - io["t0"]) * 1e3)
                 self.agent.release_xfer_handle(io["handle"])
@@ -488,6 +492,17 @@ class Bench:
 def file_name(index: int) -> str:
     """Page index//2, `_k` then `_v`, as HiCache names a page_first page's two files."""
     return f"{index // 2:06d}_{'kv'[index % 2]}"
+
+
+def full_volume(path: str, need: int) -> str:
+    """Why a write failed when the volume has no room for a file (else "")."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return ""
+    free = st.f_bavail * st.f_frsize
+    return (f": No space left on device (the volume has {free} bytes free, a file needs {need}); free space on it "
+            "or lower kvprov_bench_files") if free < need else ""
 
 
 def run(args: argparse.Namespace, result: dict, created: list) -> None:

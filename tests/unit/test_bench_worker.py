@@ -162,3 +162,21 @@ def test_sigterm_mid_run_still_reports_and_cleans(nixl_python, base):
     assert proc.returncode == 1
     assert out["ok"] is False and out["error"] == "stopped by SIGTERM" and out["cleaned"] is True
     assert os.listdir(base) == ["someone-elses-file"]
+
+
+def test_a_full_volume_fails_clearly_and_leaves_nothing(nixl_python, tmp_path):
+    """A real 3 MiB tmpfs: the 4th 1 MiB file cannot be written."""
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "kvprov-test", str(small)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        (small / "someone-elses-file").write_bytes(b"keep me")
+        res, out = run_worker(nixl_python, "--dir", str(small), "--backend", "POSIX", "--no-direct",
+                              "--file-bytes", str(MIB), "--files", "8", "--concurrency", "2")
+        assert res.returncode == 1, res.stderr
+        assert "No space left on device" in out["error"], out["error"]
+        assert out["cleaned"] is True and os.listdir(small) == ["someone-elses-file"]
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
