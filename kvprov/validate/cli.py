@@ -1,8 +1,9 @@
-"""`kvprov validate [INVENTORY | --bundle DIR/HOST] [--no-bench] [--json F] [--junit F]`.
+"""`kvprov validate [INVENTORY | --bundle DIR/HOST [--inventory INV]] [--no-bench] [--json F] [--junit F]`.
 
 Live: collect each host's state (kvprov.validate.collect), run the checks on it, then the
 throughput acceptance test (kvprov.bench) unless --no-bench. Offline: the checks on
-captured bundles. Exit 0: no check failed (warnings and skips allowed); 1: a check failed;
+captured bundles, against their own desired.json or, with --inventory, the desired state
+recomputed from INV (a bundle that disagrees fails bundle.desired). Exit 0: no check failed (warnings and skips allowed); 1: a check failed;
 2: no such bundle, or a bundle without a usable desired.json; 3: a host was unreachable.
 """
 
@@ -13,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kvprov import bench
+from kvprov import bench, desired
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import collect, evaluate, report
 from kvprov.validate.result import FAIL, Result, show, summarize
@@ -34,6 +35,9 @@ def add_parser(sub) -> None:
     p.add_argument("--keep", type=Path, metavar="DIR", help="keep the collected bundles in DIR (with INVENTORY)")
     p.add_argument("--bundle", action="append", default=[], metavar="DIR/HOST",
                    help="a host's bundle directory (repeat for several hosts)")
+    p.add_argument("--inventory", dest="bundle_inventory", metavar="INV",
+                   help="with --bundle: judge each bundle against the desired state recomputed from INV (contacts "
+                        "no host), not the bundle's own desired.json; bundle.desired fails where the two disagree")
     p.add_argument("--no-bench", action="store_true", help="skip the throughput acceptance test (with INVENTORY)")
     bench.add_arguments(p)
     p.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
@@ -44,6 +48,9 @@ def add_parser(sub) -> None:
 def cmd_validate(args) -> int:
     if args.inventory and args.bundle:
         raise KvprovError("give either an inventory or --bundle, not both", EXIT_USAGE)
+    if args.bundle_inventory and not args.bundle:
+        raise KvprovError("--inventory goes with --bundle (to validate the live hosts: kvprov validate INVENTORY)",
+                          EXIT_USAGE)
     unreachable = []
     if args.inventory:
         out = args.keep or Path(tempfile.mkdtemp(prefix="kvprov-validate-"))
@@ -54,17 +61,26 @@ def cmd_validate(args) -> int:
             print(f"{f.host}: {'unreachable' if f.unreachable else 'collect failed'}: {f.message}", file=sys.stderr)
     elif not args.bundle:
         raise KvprovError("give an INVENTORY or --bundle DIR/HOST (a bundle directory, see docs/bundle.md)", EXIT_USAGE)
+    want = None
+    if args.bundle_inventory:
+        want = desired.load(args.bundle_inventory)
+    elif not args.inventory:
+        print("kvprov: note: each bundle's own desired.json is trusted (an edited one goes unnoticed); give "
+              "--inventory INV to judge the bundles against the desired state INV gives", file=sys.stderr)
     results, unusable = [], 0
     for path in args.bundle:
         try:
-            results += report.checks(evaluate.evaluate_bundle(path))
+            results += report.checks(evaluate.evaluate_bundle(path, want, args.bundle_inventory or ""))
         except KvprovError as e:  # one bad bundle is one failed host; the others are still checked
             if e.exit_code != EXIT_USAGE:
                 raise
             print(f"kvprov: error: {e}", file=sys.stderr)
             unusable += 1
-            results.append(Result("bundle.desired", "bundle", FAIL, "a bundle with a desired.json this kvprov reads "
-                                  "(docs/bundle.md)", str(e), "capture it again with `kvprov collect`",
+            expected = (f"a bundle of a GPU node of {show(args.bundle_inventory, 200)}" if want is not None
+                        else "a bundle with a desired.json this kvprov reads (docs/bundle.md)")
+            results.append(Result("bundle.desired", "bundle", FAIL, expected, str(e),
+                                  "capture it again with `kvprov collect`" + (", or give the inventory it belongs to"
+                                                                              if want is not None else ""),
                                   host=show(Path(path).name, 80)))
     if args.inventory and not args.keep:
         shutil.rmtree(out, ignore_errors=True)

@@ -236,3 +236,51 @@ def test_format_2_desired_of_an_older_kvprov_still_reads():
     d = Desired.from_dict(old)
     assert d == Desired.from_dict(lab_desired())
     assert d.engine == "sglang_hicache" and d.instances[0].units == ("kvprov-sglang-main.service",)
+
+
+# ---------------------------------------------------------------------------- --inventory
+
+def _inventory_of(bundle_dir, edit=lambda d: None) -> dict:
+    """{host: desired} as kvprov.desired.load gives it, from a bundle's desired.json (edited)."""
+    d = json.loads((bundle_dir / bf.DESIRED).read_text())
+    edit(d)
+    return {d["host"]: d}
+
+
+def _results(path, inventory):
+    from kvprov.validate.evaluate import evaluate_bundle
+    return {r.id: r for r in evaluate_bundle(path, inventory, "inv.yml")}
+
+
+def test_a_bundle_that_agrees_with_the_inventory_passes_bundle_desired(lab):
+    r = _results(lab, _inventory_of(lab))
+    assert (r["bundle.desired"].status, r["bundle.desired"].found) == ("pass", "desired.json agrees with inv.yml")
+    assert r["summary"].status == "pass" and r["bundle.desired"].host == "kvlab-gpu1"
+
+
+def test_the_checks_follow_the_inventory_not_the_bundle(lab):
+    def secret_and_layout(d):
+        d["storage"]["pnfs_layout"] = "files"
+        toml = "/etc/kvprov/nixl_backend_config.toml"
+        d["files"][toml]["content"] += "access_key = \"never-shown\"\n"
+    r = _results(lab, _inventory_of(lab, secret_and_layout))
+    assert r["bundle.desired"].status == "fail"
+    assert r["bundle.desired"].found == ("desired.json disagrees with inv.yml: storage.pnfs_layout files (inventory) vs "
+                                         "block (bundle); files./etc/kvprov/nixl_backend_config.toml: content differs")
+    assert r["mount.pnfs_layout"].status == "fail"  # judged against the inventory's layout
+
+
+def test_an_unusable_desired_json_is_judged_against_the_inventory(lab):
+    inventory = _inventory_of(lab)
+    (lab / bf.DESIRED).write_text("{broken")
+    r = _results(lab, inventory)
+    assert r["bundle.desired"].status == "fail" and "desired.json is unusable (desired.json: " in r["bundle.desired"].found
+    assert r["mount.transport"].status == "pass" and r["summary"].host == "kvlab-gpu1"
+
+
+def test_a_host_not_in_the_inventory_is_refused(lab):
+    from kvprov.validate.evaluate import evaluate_bundle
+    with pytest.raises(Exception) as e:
+        evaluate_bundle(lab, {"gpu-b07": {}}, "inv.yml")
+    assert e.value.exit_code == EXIT_USAGE
+    assert "host kvlab-gpu1 is not a GPU node of inv.yml (its gpu_nodes: gpu-b07)" in str(e.value)

@@ -19,7 +19,7 @@ def test_good_bundle_exits_0_with_a_table():
     assert any(line.split()[:3] == ["kvlab-gpu1", "mount.transport", "pass"] for line in lines)
     assert any(line.split()[:4] == ["kvlab-gpu1", "gds.gpu", "skip", "no"] for line in lines)
     assert lines[-1] == "kvlab-gpu1: ok (0 failed, 0 warnings, 12 skipped, 22 passed)"
-    assert r.stderr == ""
+    assert r.stderr.startswith("kvprov: note: each bundle's own desired.json is trusted") and "--inventory" in r.stderr
 
 
 def test_tcp_fallback_exits_1_and_writes_json_and_junit(tmp_path):
@@ -106,3 +106,37 @@ def test_a_bad_bundle_is_one_failed_host_and_the_others_are_still_checked(tmp_pa
     assert hosts["kvlab-c1"]["ok"] is True
     [failed] = hosts["bad\\x1b[31mhost"]["results"][:1]
     assert (failed["id"], failed["status"]) == ("bundle.desired", "fail") and "desired.json: missing" in failed["found"]
+
+
+def test_with_inventory_a_relabelled_capture_fails_and_is_judged_against_the_inventory(tmp_path):
+    """A TCP capture whose desired.json was relabelled nfs_tcp passes on its own word; against
+    the inventory it fails bundle.desired and mount.transport. A bundle of a host the inventory
+    does not have is one failed host; the others are still checked."""
+    from kvprov import desired
+
+    relabelled = tmp_path / "kvlab-gpu1"
+    shutil.copytree(BUNDLES / "lab_tcp_fallback", relabelled)
+    d = desired.load("inventory/lab.yml")["kvlab-gpu1"]
+    d["storage"].update(profile="nfs_tcp", transport="tcp",
+                        options=[o.replace("proto=rdma", "proto=tcp") for o in d["storage"]["options"]])
+    (relabelled / "desired.json").write_text(json.dumps(d))
+    own = kvprov("validate", "--bundle", str(relabelled), "--json", "-", timeout=120)
+    [transport] = [x for x in json.loads(own.stdout)["hosts"]["kvlab-gpu1"]["results"] if x["id"] == "mount.transport"]
+    assert transport["status"] == "pass"  # the bundle's own word
+
+    out = tmp_path / "r.json"
+    r = kvprov("validate", "--bundle", str(relabelled), "--bundle", str(BUNDLES / "local_c1"),
+               "--inventory", "inventory/lab.yml", "--json", str(out), timeout=300)
+    assert r.returncode == EXIT_CHECKS_FAILED, r.stderr
+    assert "note:" not in r.stderr
+    hosts = json.loads(out.read_text())["hosts"]
+    results = {x["id"]: x for x in hosts["kvlab-gpu1"]["results"]}
+    assert results["bundle.desired"]["status"] == "fail"
+    assert results["bundle.desired"]["found"].startswith("desired.json disagrees with inventory/lab.yml: ")
+    assert "storage.profile netapp_pnfs_rdma (inventory) vs nfs_tcp (bundle)" in results["bundle.desired"]["found"]
+    assert "storage.options proto=rdma (inventory) vs proto=tcp (bundle)" in results["bundle.desired"]["found"]
+    assert results["mount.transport"]["status"] == "fail"
+    [other] = hosts["local_c1"]["results"][:1]
+    assert other["status"] == "fail" and "host kvlab-c1 is not a GPU node of inventory/lab.yml" in other["found"]
+    r = kvprov("validate", "--inventory", "inventory/lab.yml", timeout=60)
+    assert r.returncode == EXIT_USAGE and "--inventory goes with --bundle" in r.stderr
