@@ -10,6 +10,11 @@ Three kinds of rules:
   file or in group_vars/host_vars), so a mistake in a group is reported once;
 - host rules look at a target host's effective values (role defaults included);
 - fleet rules look at all target hosts together (shared NIXL storage directories).
+
+The roles' preflight (roles/preflight, the kvprov_preflight action plugin) runs the setting
+and host rules of this module on each host's values as Ansible resolved them
+(`check_host_values`), so a plain ansible-playbook run is held to the same rules; the
+fleet rules and the rules on names and structure need the whole inventory and stay here.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ import yaml
 
 from kvprov import inventory
 from kvprov.errors import EXIT_OK, EXIT_USAGE, KvprovError
-from kvprov.inventory import Host, Inventory, InventoryError, Problem, Setting, Var
+from kvprov.inventory import Host, Inventory, InventoryError, Origin, Problem, Setting, Var
 
-__all__ = ["Problem", "VarSpec", "check", "read_specs", "add_parser"]
+__all__ = ["Problem", "VarSpec", "check", "check_host_values", "host_from_values", "read_specs",
+           "add_parser"]
 
 NFS_PROFILES = ("netapp_pnfs_rdma", "nfs_tcp")
 PROFILE_PROTOS = {"netapp_pnfs_rdma": ("rdma", "rdma6"), "nfs_tcp": ("tcp", "tcp6")}
@@ -861,11 +867,31 @@ def check_host(host: Host, specs: dict[str, VarSpec]) -> list[Problem]:
         out += _protocol(h, profile)
         out += _nconnect_and_trunking(h)
     out += engine_rules(h)
+    out += _bench_file_size(h)
     if profile == "local" and h.get("kvprov_storage_pnfs_layout") not in (None, "none"):
         out.append(h.problem("kvprov_storage_pnfs_layout",
                              f"{h.get('kvprov_storage_pnfs_layout')} has no meaning for profile local "
                              "(no NFS): set kvprov_storage_pnfs_layout: none", severity="warning"))
     return out
+
+
+def _bench_file_size(h: HostView) -> list[Problem]:
+    """The acceptance test writes KV-page-shaped files with O_DIRECT: their size (the model
+    geometry, the page size, the TP size and the HiCache layout) must be a multiple of 4096."""
+    names = ("kvprov_bench_model_layers", "kvprov_sglang_page_size", "kvprov_bench_model_kv_heads",
+             "kvprov_sglang_tp_size", "kvprov_bench_model_head_dim", "kvprov_bench_kv_dtype_bytes")
+    layers, page, heads, tp, head_dim, dtype = (h.get(n) for n in names)
+    layout = h.get("kvprov_sglang_hicache_mem_layout")
+    if not all(is_int(v) and v > 0 for v in (layers, page, heads, tp, head_dim, dtype)) or not isinstance(layout, str):
+        return []
+    size = layers * page * max(1, heads // tp) * head_dim * dtype * (1 if layout.startswith("page_first") else 2)
+    if size % 4096 == 0:
+        return []
+    return [h.problem("kvprov_sglang_page_size",
+                      f"the acceptance test's KV files would be {size} bytes (layers x page size x KV heads per TP "
+                      "rank x head dim x dtype bytes, x2 unless the layout is page_first*), not a multiple of 4096 "
+                      "as O_DIRECT needs: check the kvprov_bench_model_* geometry against the model's config.json, "
+                      "or use a larger power-of-two page size (e.g. 256)")]
 
 
 def _nfs_server_and_export(h: HostView, profile: str) -> list[Problem]:
@@ -1240,12 +1266,44 @@ def check(inv: Inventory, specs: dict[str, VarSpec] | None = None) -> list[Probl
         problems += check_setting(setting, specs)
     dirs: list[StorageDir] = []
     for host in inv.hosts:
-        problems += check_host(host, specs)
-        dirs += storage_dirs(HostView(host, specs))
-    problems += [p for d in dirs for p in d.problems]
+        host_problems, host_dirs = _host_rules(host, specs)
+        problems += host_problems
+        dirs += host_dirs
     problems += shared_storage_dirs(dirs)
     problems += hash_seeds([HostView(host, specs) for host in inv.hosts])
     return sorted(_unique(problems), key=lambda p: (p.file or "", p.line or 0, p.host or "", p.message))
+
+
+def _host_rules(host: Host, specs: dict[str, VarSpec]) -> tuple[list[Problem], list[StorageDir]]:
+    """One host's host rules and its storage dirs (with the problems of each dir on its own)."""
+    dirs = storage_dirs(HostView(host, specs))
+    return check_host(host, specs) + [p for d in dirs for p in d.problems], dirs
+
+
+# ---------------------------------------------------------------------------- one host (the roles' preflight)
+
+def host_from_values(name: str, values: dict[str, Any], defaults: dict[str, Var]) -> Host:
+    """A target host from its kvprov_* values as Ansible resolved them: the roles' defaults,
+    overlaid with every value that differs from its default. Ansible does not say where a
+    value was set, so the origins are unknown: problems name the host and the variable."""
+    unknown = Origin(None, None)  # type: ignore[arg-type]
+    merged = {n: v for n, v in defaults.items() if n.startswith("kvprov_")}
+    for n, value in values.items():
+        default = defaults.get(n)
+        if default is None or default.value != value:
+            merged[n] = Var(n, value, unknown)
+    return Host(name, unknown, ["all"], merged)
+
+
+def check_host_values(host: Host, specs: dict[str, VarSpec]) -> list[Problem]:
+    """One host's own problems, from its effective values: the setting rules on every value
+    that is not a role default (as if set on the host), the host rules and its storage dirs'
+    own problems. The roles' preflight runs this for each host (roles/preflight)."""
+    problems = [p for name, var in sorted(host.vars.items())
+                if not var.origin.default and DEPRECATED.get(name, name) in specs
+                for p in check_setting(Setting(var, host=host.name), specs)]
+    problems += _host_rules(host, specs)[0]
+    return _unique(problems)
 
 
 def _unique(problems: list[Problem]) -> list[Problem]:

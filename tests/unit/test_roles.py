@@ -1,5 +1,6 @@
 """The roles' own hygiene: specs match defaults, templates carry ansible_managed, lint."""
 
+import re
 import shutil
 import subprocess
 
@@ -34,3 +35,31 @@ def test_templates_say_they_are_managed(template):
 def test_ansible_lint_production_profile_is_clean():
     r = subprocess.run(["ansible-lint", "--nocolor"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_every_role_runs_the_preflight_first(role):
+    """kvprov check's rules on the host (roles/preflight) before the role's own tasks, also for
+    a role used alone; Ansible runs the dependency once per host and play."""
+    meta = yaml.safe_load((role / "meta/main.yml").read_text())
+    assert meta["dependencies"][0] == "preflight"
+
+
+def _asserts(node):
+    if isinstance(node, dict):
+        if "ansible.builtin.assert" in node:
+            yield node["ansible.builtin.assert"]
+        for v in node.values():
+            yield from _asserts(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _asserts(v)
+
+
+@pytest.mark.parametrize("tasks", sorted((ROOT / "roles").glob("*/tasks/*.yml")), ids=lambda p: f"{p.parts[-3]}/{p.name}")
+def test_no_second_rule_set_in_jinja(tasks):
+    """The inventory's values are judged by kvprov check's rules only (the preflight runs them);
+    a role asserts only on what it finds on the host."""
+    for spec in _asserts(yaml.safe_load(tasks.read_text())):
+        that = spec["that"] if isinstance(spec["that"], list) else [spec["that"]]
+        assert not [t for t in that if re.search(r"(?<!\w)kvprov_", str(t))], that
