@@ -92,7 +92,7 @@ class ActionModule(ActionBase):
                 f"{len(errors)} problem(s) in host {host}'s kvprov variables: `kvprov check {inv}` applies the same "
                 "rules and names the file and line of each"])
         else:
-            result["msg"] = f"host {host}: kvprov variables pass kvprov check's host rules"
+            result["msg"] = f"host {host}: its kvprov variables pass kvprov check's per-host rules"
         return result
 
     def _values(self, task_vars: dict, specs: dict, defaults: dict) -> dict:
@@ -114,12 +114,20 @@ class ActionModule(ActionBase):
         return out
 
     def _render(self, value, context: dict):
+        """The value rendered with the host's variables; itself when it cannot be (undefined,
+        broken: Ansible says so when a role uses it)."""
         try:
-            try:
-                templar = self._templar.copy_with_new_env(available_variables=context)
-            except TypeError:  # ansible-core < 2.19
+            templar = self._templar.copy_with_new_env(available_variables=context)
+        except TypeError:  # ansible-core < 2.19: set the variables on this task's templar for the call
+            templar = None
+        saved = self._templar.available_variables
+        try:
+            if templar is None:
                 templar = self._templar
                 templar.available_variables = context
             return templar.template(value)
-        except Exception:  # noqa: BLE001 - undefined or broken: Ansible itself says so when a role uses it
+        except Exception:  # noqa: BLE001
             return value
+        finally:
+            if templar is self._templar:
+                self._templar.available_variables = saved
