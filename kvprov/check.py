@@ -493,8 +493,9 @@ def secret_file(value: str) -> list[Finding]:
     except (OSError, UnicodeDecodeError) as e:
         return [Finding(f'"{value}" cannot be read: {getattr(e, "strerror", None) or e}')]
     out = []
-    if len(lines) != 1 or not re.fullmatch(r"[\x21-\x7e]+", lines[0]):
-        out.append(Finding(f'"{value}" must hold the secret on one line of printable characters without spaces'))
+    if len(lines) != 1 or not S3_VALUE.fullmatch(lines[0]):
+        out.append(Finding(f'"{value}" must hold the secret on one line of printable ASCII without spaces, quotes, '
+                           "backslashes, $ or ` (systemd's EnvironmentFile= would rewrite it)"))
     if path.stat().st_mode & 0o077:
         out.append(Finding(f'"{value}" can be read by others on this controller: chmod 600 it', severity="warning"))
     return out
@@ -687,6 +688,16 @@ def netdevs(value: list) -> list[Finding]:
             for i, v in enumerate(value) if isinstance(v, str) and not NETDEV.fullmatch(v)]
 
 
+def serial(value: Any) -> list[Finding]:
+    """Ansible's serial: a positive number of hosts, a percentage "N%", or a list of them."""
+    items = value if isinstance(value, list) else [value]
+    bad = [v for v in items if not ((is_int(v) and v > 0) or (isinstance(v, str) and re.fullmatch(r"([1-9]\d?|100)%", v)))]
+    if not items or bad:
+        return [Finding(f"{describe(bad[0] if bad else value)} is not a batch size: give a number of hosts (10), a "
+                        'percentage ("25%") or a list of them ([1, "10%", "100%"])')]
+    return []
+
+
 def mount_option_words(value: list) -> list[Finding]:
     """Mount options land in the mount unit's Options= line: no spaces, quotes, % or $."""
     out = extra_options(value)
@@ -733,6 +744,8 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_engine_model_path": model_path,
     "kvprov_engine_environment": all_of(environment, s3_secrets_in_environment),
     "kvprov_engine_hash_seed": int_range(0, 4294967295),
+    "kvprov_deploy_serial": serial,
+    "kvprov_deploy_max_fail_percentage": int_range(0, 100, note=" (percent of a batch)"),
     "kvprov_engine_find_links": absolute_or_empty,
     "kvprov_engine_wheelhouse": absolute_or_empty,
     "kvprov_vllm_venv": absolute_path,
@@ -1256,6 +1269,21 @@ def hash_seeds(hosts: list[HostView]) -> list[Problem]:
     return out
 
 
+def rollout_settings(hosts: list[HostView]) -> list[Problem]:
+    """serial and max_fail_percentage are play keywords, one value for the whole run: a host
+    (or group) with another value than the first host's would be silently ignored."""
+    out = []
+    for name in ("kvprov_deploy_serial", "kvprov_deploy_max_fail_percentage"):
+        valid = [h for h in hosts if h.get(name) is not None and not VALUE_RULES[name](h.get(name))]
+        first = valid[0] if valid else None
+        for h in valid:
+            if h.get(name) != first.get(name):
+                out.append(h.problem(name, f"{h.get(name)!r} differs from host {first.host.name}'s "
+                                           f"{first.get(name)!r}: a rollout setting is one value for the whole "
+                                           "run; set it for all GPU nodes (e.g. in group_vars/gpu_nodes)"))
+    return out
+
+
 # ---------------------------------------------------------------------------- check
 
 def check(inv: Inventory, specs: dict[str, VarSpec] | None = None) -> list[Problem]:
@@ -1270,7 +1298,8 @@ def check(inv: Inventory, specs: dict[str, VarSpec] | None = None) -> list[Probl
         problems += host_problems
         dirs += host_dirs
     problems += shared_storage_dirs(dirs)
-    problems += hash_seeds([HostView(host, specs) for host in inv.hosts])
+    views = [HostView(host, specs) for host in inv.hosts]
+    problems += hash_seeds(views) + rollout_settings(views)
     return sorted(_unique(problems), key=lambda p: (p.file or "", p.line or 0, p.host or "", p.message))
 
 
