@@ -1,0 +1,188 @@
+"""Faults on the lab, each bounded: two deploys at once, the controller killed in the middle
+of a deploy, the NFS server gone during a deploy, the KV volume full during the acceptance
+test, and links planted on the shared volume where the probe and the acceptance test write.
+Runs on the deployed lab (after test_2_deploy) and leaves it as it found it."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvprov.lab.ssh import ssh
+from tests.conftest import ROOT, kvprov
+
+pytestmark = pytest.mark.lab
+
+GPU1 = ("127.0.0.1", 2221)
+C1 = ("10.98.1.2", 22)
+STORAGE = ("127.0.0.1", 2220)
+TOML = "/etc/kvprov/nixl_backend_config.toml"
+HOST_LOCK = "/run/kvprov/deploy.lock"
+# Whatever a run may leave half-written: Ansible's temporary files and directories, ours.
+LEFTOVERS = ("find /etc/kvprov /etc/systemd/system /var/lib/kvprov /root/.ansible/tmp -xdev "
+             "\\( -name '.ansible_tmp*' -o -name 'ansible-tmp-*' -o -name '*.tmp' \\) -print 2>/dev/null; "
+             f"ls {HOST_LOCK} 2>/dev/null; true")
+
+
+def sh(host, command, timeout=120):
+    r = ssh(*host, command, timeout=timeout)
+    assert r.returncode == 0, f"`{command}` on {host} -> {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def copy_inventory(lab, path: Path, gpu_vars: dict | None = None, container_vars: dict | None = None) -> Path:
+    data = yaml.safe_load(Path(lab["inventory"]).read_text())
+    groups = data["all"]["children"]["gpu_nodes"]["children"]
+    groups["lab_gpu_vms"]["vars"].update(gpu_vars or {})
+    groups["lab_containers"]["vars"].update(container_vars or {})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def start_deploy(inventory: Path, *args: str) -> subprocess.Popen:
+    """`kvprov deploy` in its own process group, its progress readable line by line."""
+    return subprocess.Popen([sys.executable, "-m", "kvprov", "deploy", str(inventory), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            start_new_session=True)
+
+
+def read_until(proc: subprocess.Popen, *words: str, timeout: float = 600) -> list[str]:
+    """The deploy's output up to the first line holding every word (in order of lines read)."""
+    seen, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if all(w in line for w in words):
+            return seen
+    raise AssertionError(f"no line with {words} in the deploy's output:\n{''.join(seen[-40:])}")
+
+
+def results_of(report: Path, host: str) -> dict:
+    return {x["id"]: x for x in json.loads(report.read_text())["hosts"][host]["results"]}
+
+
+def test_two_deploys_at_once_the_second_is_refused_naming_the_first(lab, tmp_path):
+    inv = Path(lab["inventory"])
+    first = start_deploy(inv, "--limit", "kvlab-c1")
+    try:
+        read_until(first, "TASK", "Take the host's deploy lock")
+        time.sleep(3)  # the first run holds the host lock now
+        # the same inventory from this controller: the controller lock refuses it at once
+        same = kvprov("deploy", str(inv), "--limit", "kvlab-c1", timeout=120)
+        assert same.returncode == 6, same.stdout + same.stderr
+        assert "`kvprov deploy` (pid" in same.stderr and "is changing these hosts" in same.stderr
+        # another copy of the inventory (another controller, as far as the host can tell): the host lock
+        other = kvprov("deploy", str(copy_inventory(lab, tmp_path / "elsewhere/inventory.yml")),
+                       "--limit", "kvlab-c1", timeout=300)
+        assert other.returncode == 6, other.stdout + other.stderr
+        assert "`kvprov deploy` from" in other.stdout and str(inv.resolve()) in other.stdout
+        assert "is changing this host" in other.stdout
+    finally:
+        out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, out[-3000:]
+    assert sh(C1, LEFTOVERS).strip() == ""
+
+
+def test_controller_killed_in_the_middle_of_a_deploy_then_the_rerun_converges(lab, tmp_path):
+    """Killed right after the NIXL TOML changed: the rerun takes over the host lock the killed
+    run left, finishes the change, and nothing half-written stays."""
+    inv = copy_inventory(lab, tmp_path / "inventory.yml",
+                         container_vars={"kvprov_nixl_backend_options": {"use_direct_io": True}})
+    before = sh(C1, f"cat {TOML}")
+    run = start_deploy(inv, "--limit", "kvlab-c1")
+    try:
+        read_until(run, "TASK nixl", "Write")
+        read_until(run, "changed: kvlab-c1")
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=60)
+    assert sh(C1, f"cat {HOST_LOCK}"), "the killed run left its host lock"
+    changed = sh(C1, f"cat {TOML}")
+    assert changed != before and "use_direct_io = true" in changed  # written whole (write + rename), not half
+
+    again = kvprov("deploy", str(inv), "--limit", "kvlab-c1", "--json", str(tmp_path / "again.json"), timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "took over the lock an interrupted run left" in again.stderr
+    assert sh(C1, LEFTOVERS).strip() == ""
+    audit = kvprov("audit", str(inv), "--limit", "kvlab-c1", timeout=300)
+    assert audit.returncode == 0, audit.stdout[-3000:]  # converged: no drift from the inventory
+
+    restore = kvprov("deploy", lab["inventory"], "--limit", "kvlab-c1", timeout=600)
+    assert restore.returncode == 0, restore.stdout + restore.stderr
+    assert sh(C1, f"cat {TOML}") == before
+
+
+def test_nfs_server_gone_during_a_deploy_fails_that_host_in_bounded_time_and_others_finish(lab, tmp_path):
+    """A hard NFS mount whose server stops answering blocks stat() for ever: the deploy tasks
+    that touch it give up after kvprov_storage_mount_timeout and say why; the other host
+    (local profile) finishes. The testinfra probe of the mount gives up too."""
+    inv = copy_inventory(lab, tmp_path / "inventory.yml", gpu_vars={"kvprov_storage_mount_timeout": 15})
+    sh(STORAGE, "systemctl stop nfs-server")
+    try:
+        t0 = time.monotonic()
+        r = kvprov("deploy", str(inv), "--limit", "kvlab-gpu1,kvlab-c1", "--tags", "engine",
+                   "--json", str(tmp_path / "deploy.json"), timeout=600)
+        seconds = time.monotonic() - t0
+        infra = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                                "--hosts=ansible://kvlab-gpu1", f"--ansible-inventory={inv}", "--kvprov-timeout=5",
+                                "--pyargs", "kvprov.checks", "-k", "storage_dirs"],
+                               capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    finally:
+        sh(STORAGE, "systemctl start nfs-server")
+    result = json.loads((tmp_path / "deploy.json").read_text())
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert result["hosts"]["kvlab-c1"]["failed"] == 0 and result["hosts"]["kvlab-gpu1"]["failed"] == 1
+    [failure] = result["failures"]
+    assert failure["host"] == "kvlab-gpu1" and "timed out" in failure["message"].lower(), failure
+    print(f"deploy with the NFS server gone: {seconds:.0f}s")
+    assert infra.returncode == 1 and "did not finish within 5s: the KV mount does not answer" in infra.stdout, \
+        infra.stdout[-3000:]
+    sh(GPU1, "timeout 120 ls /mnt/kvcache/kvlab-gpu1 >/dev/null")  # the mount recovers with its server
+    assert sh(GPU1, LEFTOVERS).strip() == ""
+
+
+def test_kv_volume_full_during_the_acceptance_test_fails_clearly_and_leaves_nothing(lab, tmp_path):
+    free = int(sh(STORAGE, "df -B1 --output=avail /kv | tail -1"))
+    sh(STORAGE, f"fallocate -l {free - (8 << 20)} /kv/kvprov-test-fill")  # ours: 8 MiB stay free
+    try:
+        r = kvprov("bench", lab["inventory"], "--limit", "kvlab-gpu1", "--bench-seconds", "3",
+                   "--json", str(tmp_path / "bench.json"), timeout=600)
+        after = sh(STORAGE, "find /kv/kvlab-gpu1 -mindepth 1 -not -path '/kv/kvlab-gpu1/main*'")
+    finally:
+        sh(STORAGE, "rm -f /kv/kvprov-test-fill")
+    assert r.returncode == 1, r.stdout + r.stderr
+    run = results_of(tmp_path / "bench.json", "kvlab-gpu1")["bench.run"]
+    assert run["status"] == "fail" and "No space left on device" in run["found"], run
+    assert after.strip() == "", f"the acceptance test left files behind:\n{after}"
+
+
+def test_links_planted_on_the_volume_where_probe_and_bench_write_touch_nothing_outside(lab, tmp_path):
+    """Root on a peer (or anyone who can write the export) plants links where this host's
+    probe and acceptance test write: validate refuses them and the targets stay untouched."""
+    victim = "/root/kvprov-victim"
+    sh(GPU1, f"mkdir -p {victim} && echo keep > {victim}/file && chmod 0644 {victim}/file")
+    listing = f"find {victim} -printf '%p %s %m %u %T@\\n' | sort"
+    before = sh(GPU1, listing)
+    sh(STORAGE, f"rm -rf /kv/.kvprov-kvlab-gpu1 && ln -s {victim} /kv/.kvprov-kvlab-gpu1 && "
+                f"mv /kv/kvlab-gpu1 /kv/kvlab-gpu1.kvprov-test && ln -s {victim} /kv/kvlab-gpu1")
+    try:
+        r = kvprov("validate", lab["inventory"], "--limit", "kvlab-gpu1", "--bench-seconds", "3",
+                   "--json", str(tmp_path / "validate.json"), timeout=900)
+    finally:
+        sh(STORAGE, "rm -f /kv/.kvprov-kvlab-gpu1 /kv/kvlab-gpu1 && mv /kv/kvlab-gpu1.kvprov-test /kv/kvlab-gpu1")
+    after = sh(GPU1, listing)
+    sh(GPU1, f"rm -rf {victim}")
+    assert after == before, f"a planted link was followed:\n{before}\n---\n{after}"
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    results = results_of(tmp_path / "validate.json", "kvlab-gpu1")
+    assert results["mount.io_probe"]["status"] == "fail" and "a link" in results["mount.io_probe"]["found"]
+    assert results["bench.run"]["status"] == "fail" and "is a symbolic link" in results["bench.run"]["found"]
