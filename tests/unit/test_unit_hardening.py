@@ -18,11 +18,16 @@ MAX_EXPOSURE = 3.5
 
 
 @pytest.fixture(scope="module")
-def units(tmp_path_factory) -> list[Path]:
+def rendered(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("render")
     for inv in ("inventory/example.yml", "inventory/lab-engine.yml", "inventory/lab.yml"):
         kvprov("render", str(ROOT / inv), "--out", str(out), check=True)
-    found = sorted(out.glob("*/etc/systemd/system/*.service"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def units(rendered) -> list[Path]:
+    found = sorted(rendered.glob("*/etc/systemd/system/*.service"))
     assert {p.stem.split("-")[1] for p in found} == {"sglang", "vllm", "lmcache", "soft", "shm"}
     return found
 
@@ -40,8 +45,10 @@ def test_every_service_unit_is_rated_at_most_3_5(units):
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze on this machine")
-def test_every_service_unit_verifies(units):
-    for unit in units:
+def test_every_unit_verifies(rendered, units):
+    mounts = sorted(rendered.glob("*/etc/systemd/system/*.mount"))
+    assert mounts, "the lab and example inventories mount the KV tier"
+    for unit in units + mounts:
         r = subprocess.run(["systemd-analyze", "verify", unit.name], cwd=unit.parent, capture_output=True,
                            text=True, timeout=60)
         problems = [line for line in r.stderr.splitlines() if "is not executable" not in line
