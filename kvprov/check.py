@@ -478,26 +478,39 @@ def model_path(value: str) -> list[Finding]:
     return []
 
 
+# A secret value systemd's EnvironmentFile= takes as it is: printable ASCII but quotes, $, \ and `.
+SECRET_VALUE = re.compile(r"[!#%&(-\[\]-_a-~]+")
+
+
+def _secret_lines(value: str, what: str) -> tuple[list[str] | None, list[Finding]]:
+    """A controller file of secrets: (its lines, or None when it cannot be used; findings). Its
+    content is never printed."""
+    found = absolute_path(value)
+    if found:
+        return None, found
+    path = Path(value)
+    if not path.is_file():
+        return None, [Finding(f'"{value}" is not a file on this controller (deploy copies {what} from it)')]
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        return None, [Finding(f'"{value}" cannot be read: {getattr(e, "strerror", None) or e}')]
+    if path.stat().st_mode & 0o077:
+        return lines, [Finding(f'"{value}" can be read by others on this controller: chmod 600 it', severity="warning")]
+    return lines, []
+
+
 def secret_file(value: str) -> list[Finding]:
     """A controller file holding one secret line (read here, never printed)."""
     if not value:
         return []
-    found = absolute_path(value)
-    if found:
-        return found
-    path = Path(value)
-    if not path.is_file():
-        return [Finding(f'"{value}" is not a file on this controller (deploy copies the secret from it)')]
-    try:
-        lines = path.read_text().strip().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        return [Finding(f'"{value}" cannot be read: {getattr(e, "strerror", None) or e}')]
-    out = []
-    if len(lines) != 1 or not S3_VALUE.fullmatch(lines[0]):
-        out.append(Finding(f'"{value}" must hold the secret on one line of printable ASCII without spaces, quotes, '
-                           "backslashes, $ or ` (systemd's EnvironmentFile= would rewrite it)"))
-    if path.stat().st_mode & 0o077:
-        out.append(Finding(f'"{value}" can be read by others on this controller: chmod 600 it', severity="warning"))
+    lines, out = _secret_lines(value, "the secret")
+    if lines is None:
+        return out
+    lines = "\n".join(lines).strip().splitlines()
+    if len(lines) != 1 or not SECRET_VALUE.fullmatch(lines[0]):
+        out.insert(0, Finding(f'"{value}" must hold the secret on one line of printable ASCII without spaces, quotes, '
+                              "backslashes, $ or ` (systemd's EnvironmentFile= would rewrite it)"))
     return out
 
 
@@ -509,7 +522,6 @@ S3_CREDENTIAL_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSIO
 # back to the AWS SDK's default chain, i.e. the AWS_* variables of S3_CREDENTIAL_NAMES.
 S3_SECRET_KEYS = frozenset({"access_key", "secret_key", "session_token", "aws_access_key_id",
                             "aws_secret_access_key", "aws_session_token"})
-S3_VALUE = re.compile(r"[!#%&(-\[\]-_a-~]+")  # printable ASCII but quotes, $, backslash and backtick
 S3_HINT = ("put them in the controller file named by kvprov_engine_s3_credentials_file (lines AWS_ACCESS_KEY_ID=..., "
            "AWS_SECRET_ACCESS_KEY=..., optional AWS_SESSION_TOKEN=...): deploy writes them to the root-only "
            "/etc/kvprov/secrets/engine.env and NIXL and LMCache read them from the environment")
@@ -541,16 +553,9 @@ def s3_credentials_file(value: str) -> list[Finding]:
     """The controller file of S3 credentials: AWS-style KEY=value lines (values never printed)."""
     if not value:
         return []
-    found = absolute_path(value)
-    if found:
-        return found
-    path = Path(value)
-    if not path.is_file():
-        return [Finding(f'"{value}" is not a file on this controller (deploy copies the credentials from it)')]
-    try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        return [Finding(f'"{value}" cannot be read: {getattr(e, "strerror", None) or e}')]
+    lines, warnings = _secret_lines(value, "the credentials")
+    if lines is None:
+        return warnings
     out: list[Finding] = []
     seen: list[str] = []
     for n, line in enumerate(lines, 1):
@@ -566,7 +571,7 @@ def s3_credentials_file(value: str) -> list[Finding]:
                                "region and endpoint belong in the [plugin.obj] table)"))
         elif name in seen:
             out.append(Finding(f"{where}{name} a second time"))
-        elif not S3_VALUE.fullmatch(val):
+        elif not SECRET_VALUE.fullmatch(val):
             out.append(Finding(f"{where}the value of {name} must be printable ASCII without spaces, quotes, "
                                "backslashes, $ or ` (systemd's EnvironmentFile= would rewrite it)"))
         seen.append(name)
@@ -574,9 +579,7 @@ def s3_credentials_file(value: str) -> list[Finding]:
     if missing:
         out.append(Finding(f'"{value}" has no {" and no ".join(missing)} line (both are needed; '
                            "AWS_SESSION_TOKEN is optional)"))
-    if path.stat().st_mode & 0o077:
-        out.append(Finding(f'"{value}" can be read by others on this controller: chmod 600 it', severity="warning"))
-    return out
+    return out + warnings
 
 
 def all_of(*rules: Callable[[Any], list[Finding]]) -> Callable[[Any], list[Finding]]:
