@@ -20,6 +20,7 @@ COMMANDS = [
     "kvprov.validate.collect",
     "kvprov.bench",
     "kvprov.audit",
+    "kvprov.loadtest",
     "kvprov.lab.cli",
 ]
 

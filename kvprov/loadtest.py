@@ -1,0 +1,937 @@
+"""`kvprov loadtest [INVENTORY] [--url URL ...]`: a multi-turn serving benchmark against
+OpenAI-compatible engine endpoints, with the cache hits per source read from the
+engines' own /metrics.
+
+Endpoints: every engine instance of the inventory's gpu_nodes (its port and listen
+address from the desired state, the host's ansible_host when it listens on every
+interface, the API key from kvprov_engine_api_key_file sent as a Bearer token), or the
+servers given with --url (no inventory needed). No request goes anywhere else.
+
+Workload: per endpoint, per initial prompt length, --users conversations run side by
+side; each turn appends the previous answer and a new user message to the history, so
+later turns share a growing prefix. A point is one endpoint x prompt length x turn:
+requests/s, output tokens/s, TTFT and end-to-end latency percentiles (streamed), errors,
+and the delta of the engine's cache counters over the point. It stops by itself after
+users x turns x lengths requests per endpoint, or at --duration.
+
+Writes DIR/loadtest.json, loadtest.png and loadtest.html (--out DIR); --compare A.json
+B.json ... overlays earlier runs instead (DIR/compare.png, compare.html). docs/loadtest.md
+describes the JSON.
+
+Exit 0: every endpoint measured without an error; 1: an endpoint was down, answered
+errors or is not OpenAI-compatible (one line each; the others are still measured);
+2: usage error, a prompt longer than the model's context (refused before any request) or
+a bad inventory; 4: matplotlib missing for the chart (the JSON is written); 130: Ctrl-C
+(what was measured is written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import ipaddress
+import json
+import random
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from kvprov.bench_worker import percentiles, rounded
+from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_USAGE, KvprovError
+
+FORMAT = 1
+INTERRUPTED = 130
+DEFAULT_PROMPT_TOKENS = (1000, 4000)
+USER_AGENT = "kvprov-loadtest"
+ANY_ADDRESS = ("0.0.0.0", "::")
+CHAT_OVERHEAD = 8  # template tokens per chat message, for the context check (a margin, not a count)
+
+
+# ---------------------------------------------------------------------------- endpoints
+
+@dataclass
+class Endpoint:
+    """One OpenAI-compatible server to measure, and where its cache counters are."""
+
+    name: str  # host/instance, or host:port for --url
+    url: str  # scheme://host:port[/prefix], without /v1
+    metrics_urls: list[str] = field(default_factory=list)
+    engine: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # sent as Bearer; never printed or stored
+    max_model_len: int | None = None  # from /v1/models, else the inventory
+    max_model_len_from: str = ""
+    model: str | None = None  # served name, from /v1/models
+    model_path: str | None = None  # where its tokenizer files may be (inventory) or --tokenizer
+    api: str | None = None  # "chat" or "completions"
+    problem: str | None = None  # why it cannot be (or was not fully) measured
+
+    def public(self) -> dict:
+        return {"name": self.name, "url": self.url, "engine": self.engine, "model": self.model,
+                "max_model_len": self.max_model_len, "max_model_len_from": self.max_model_len_from or None,
+                "api": self.api, "metrics_urls": self.metrics_urls, "problem": self.problem}
+
+
+def _host_in_url(address: str) -> str:
+    try:
+        return f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
+    except ValueError:
+        return address
+
+
+def _is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_url(text: str) -> str:
+    """A --url as the base the API paths are appended to (scheme://host:port[/prefix], /v1 cut)."""
+    parts = urlsplit(text if "://" in text else f"http://{text}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise KvprovError(f"--url {text}: want http(s)://HOST:PORT[/PREFIX]", EXIT_USAGE)
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise KvprovError(f"--url {text}: no user, password, query or fragment (the API key goes in "
+                          "--api-key-file)", EXIT_USAGE)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as e:
+        raise KvprovError(f"--url {text}: {e}", EXIT_USAGE) from None
+    path = parts.path.rstrip("/")
+    path = path[:-3] if path.endswith("/v1") else path
+    return f"{parts.scheme}://{_host_in_url(parts.hostname)}:{port}{path}"
+
+
+def read_api_key(path: str, variable: str) -> str:
+    """The one-line API key of a controller file (its content never reaches a message)."""
+    try:
+        lines = Path(path).read_text().strip().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise KvprovError(f"cannot read the API key file {path} ({variable}): {getattr(e, 'strerror', None) or e}",
+                          EXIT_USAGE) from None
+    if len(lines) != 1 or not lines[0].strip():
+        raise KvprovError(f"the API key file {path} ({variable}) must hold the key on one line", EXIT_USAGE)
+    return lines[0].strip()
+
+
+def url_endpoints(urls: list[str], api_key: str | None, tokenizer: str | None) -> list[Endpoint]:
+    out = []
+    for text in urls:
+        base = parse_url(text)
+        out.append(Endpoint(name=urlsplit(base).netloc + urlsplit(base).path, url=base,
+                            metrics_urls=[f"{base}/metrics"], api_key=api_key, model_path=tokenizer))
+    return out
+
+
+def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instances: list[str] | None = None,
+                        tokenizer: str | None = None) -> list[Endpoint]:
+    """The engine instances of the inventory: `hosts` {host: its variables (inventory.Host.values())},
+    `states` {host: desired state (kvprov.desired.load)}; `instances`: names (`main` or `host/main`)
+    to keep. Pure: reads the API key files only."""
+    out = []
+    for host, state in sorted(states.items()):
+        v = hosts.get(host, {})
+        engine = state["engine"]
+        listen = str(v.get("kvprov_sglang_host") or v.get("kvprov_engine_host") or "127.0.0.1")
+        reach = str(v.get("ansible_host") or host)
+        problem = None
+        if listen in ANY_ADDRESS:
+            address = reach
+        elif _is_loopback(listen):
+            address = listen
+            if not _is_loopback(reach):
+                problem = (f"listens on {listen} only (kvprov_engine_host): not reachable from this controller; "
+                           "set kvprov_engine_host to an address it reaches, or forward the port and use --url")
+        else:
+            address = listen
+        key_file = v.get("kvprov_engine_api_key_file") or ""
+        limit = int(v.get("kvprov_vllm_max_model_len") or 0) if engine["name"] != "sglang_hicache" else 0
+        for inst in engine["instances"]:
+            name = f"{host}/{inst['name']}"
+            if instances and inst["name"] not in instances and name not in instances:
+                continue
+            base = f"http://{_host_in_url(address)}:{inst['port']}"
+            metrics = [f"{base}/metrics"]
+            if inst.get("metrics_port"):  # the LMCache MP server's Prometheus port binds every interface
+                metrics.append(f"http://{_host_in_url(address if _is_loopback(address) else reach)}:"
+                               f"{inst['metrics_port']}/metrics")
+            ep = Endpoint(name=name, url=base, metrics_urls=metrics, engine=engine["name"], problem=problem,
+                          max_model_len=limit or None, max_model_len_from="kvprov_vllm_max_model_len" if limit else "",
+                          model_path=tokenizer or v.get("kvprov_engine_model_path"))
+            if key_file and not problem:
+                try:
+                    ep.api_key = read_api_key(key_file, "kvprov_engine_api_key_file")
+                except KvprovError as e:
+                    ep.problem = str(e)
+            out.append(ep)
+    return out
+
+
+def load_inventory_endpoints(path: str, limit: str | None, instances: list[str] | None,
+                             tokenizer: str | None) -> list[Endpoint]:
+    from kvprov import desired, inventory
+
+    states = desired.load(path, limit)  # checks the inventory first (exit 2 on problems)
+    hosts = {h.name: h.values() for h in inventory.load(path).hosts}
+    eps = inventory_endpoints(hosts, states, instances, tokenizer)
+    if not eps:
+        raise KvprovError(f"{path}: no engine instance matches" + (f" --instances {','.join(instances)}"
+                                                                   if instances else ""), EXIT_USAGE)
+    return eps
+
+
+# ---------------------------------------------------------------------------- tokens and text
+
+class TokenCounter:
+    """Token counts from the model's tokenizer.json (the `tokenizers` package), or an
+    approximation of one token per generated word when that is not readable."""
+
+    def __init__(self, path: str | None = None):
+        self.exact, self.path, self.note = False, None, ""
+        self._tok = None
+        file = _tokenizer_file(path)
+        if file is None:
+            self.note = (f"approximate: 1 token per word (no tokenizer.json at {path})" if path else
+                         "approximate: 1 token per word (no tokenizer given)")
+            return
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            self.note = f"approximate: 1 token per word (the `tokenizers` package is not installed; {file} unread)"
+            return
+        try:
+            self._tok = Tokenizer.from_file(str(file))
+        except Exception as e:  # a corrupt or foreign file: say so, approximate
+            self.note = f"approximate: 1 token per word ({file}: {e})"
+            return
+        self.exact, self.path, self.note = True, str(file), f"exact: {file}"
+
+    def count(self, text: str) -> int:
+        if self._tok is None:
+            return len(text.split())
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def describe(self) -> dict:
+        return {"exact": self.exact, "path": self.path, "note": self.note}
+
+
+def _tokenizer_file(path: str | None) -> Path | None:
+    if not path:
+        return None
+    candidates = [Path(path)]
+    try:  # the lab's model: containers see <lab home>/models read-only at CONTAINER_MODELS
+        from kvprov.lab import topology
+        if path.startswith(topology.CONTAINER_MODELS + "/"):
+            candidates.append(topology.models_dir() / path[len(topology.CONTAINER_MODELS) + 1:])
+    except Exception:
+        pass
+    for p in candidates:
+        f = p if p.name.endswith(".json") else p / "tokenizer.json"
+        try:
+            if f.is_file():
+                return f
+        except OSError:
+            continue
+    return None
+
+
+WORDS = ("cache page token prefix layer block tier storage memory host device read write hit miss engine server "
+         "model prompt request batch chunk file mount pool queue offload restore the a of to and in is on for with "
+         "that it as by from at this be are was data volume network latency through answer question").split()
+
+
+def make_text(counter: TokenCounter, tokens: int, rng: random.Random, head: str = "") -> str:
+    """Text of `tokens` tokens (exact with a tokenizer, within a token or two after trimming;
+    one word per token otherwise), starting with `head` (makes each conversation unique)."""
+    if tokens <= 0:
+        return head
+    words = head.split() + [rng.choice(WORDS) for _ in range(tokens)]
+    if not counter.exact:
+        return " ".join(words[:tokens])
+    text = " ".join(words)
+    while counter.count(text) < tokens:  # rare: more words than tokens
+        words += [rng.choice(WORDS) for _ in range(tokens)]
+        text = " ".join(words)
+    enc = counter._tok.encode(text, add_special_tokens=False)
+    keep = tokens
+    for _ in range(8):  # re-tokenizing a cut text can merge differently: cut shorter until it fits
+        cut = text[:enc.offsets[keep - 1][1]]
+        n = counter.count(cut)
+        if n <= tokens or keep <= 1:
+            break
+        keep = max(1, keep - (n - tokens))
+    text = cut
+    return text
+
+
+@dataclass
+class Conversation:
+    """One user's conversation: the first message and one more per later turn."""
+
+    user: int
+    prompt_tokens: int  # the first message's length (target)
+    messages: list[str]  # user messages, turn 1..N
+    message_tokens: list[int]  # their counted lengths
+
+
+def make_conversations(counter: TokenCounter, prompt_tokens: int, users: int, turns: int, turn_tokens: int,
+                       seed: str) -> list[Conversation]:
+    """`users` conversations of `turns` user messages; the first of `prompt_tokens` tokens, each later one
+    of `turn_tokens`. Deterministic for a seed; each user's text differs from its first word."""
+    out = []
+    for u in range(users):
+        rng = random.Random(f"{seed}/{prompt_tokens}/{u}")
+        head = f"Conversation {rng.getrandbits(48):012x} of user {u}:"
+        msgs = [make_text(counter, prompt_tokens, rng, head)]
+        msgs += [make_text(counter, turn_tokens, rng, f"Turn {t} question:") for t in range(2, turns + 1)]
+        out.append(Conversation(u, prompt_tokens, msgs, [counter.count(m) for m in msgs]))
+    return out
+
+
+def context_needed(prompt_tokens: int, turns: int, turn_tokens: int, output_tokens: int) -> int:
+    """Tokens the last turn needs: every user message, every earlier answer, the answer, template margin."""
+    return (prompt_tokens + (turns - 1) * (turn_tokens + output_tokens) + output_tokens
+            + CHAT_OVERHEAD * 2 * turns)
+
+
+def context_problems(endpoints: list[Endpoint], lengths: list[int], turns: int, turn_tokens: int,
+                     output_tokens: int) -> list[str]:
+    out = []
+    for ep in endpoints:
+        if ep.problem or not ep.max_model_len:
+            continue
+        for n in lengths:
+            need = context_needed(n, turns, turn_tokens, output_tokens)
+            if need > ep.max_model_len:
+                out.append(f"--prompt-tokens {n}: {turns} turns need up to {need} tokens of context (prompt, "
+                           f"{turns - 1} x ({turn_tokens} question + {output_tokens} answer), {output_tokens} output, "
+                           f"template margin) but {ep.name} serves at most max_model_len {ep.max_model_len} "
+                           f"({ep.max_model_len_from})")
+    return out
+
+
+# ---------------------------------------------------------------------------- HTTP client
+
+class Client:
+    """Requests to one endpoint only (its scheme, host and port; no redirects followed)."""
+
+    def __init__(self, ep: Endpoint, timeout: float):
+        self.ep, self.timeout = ep, timeout
+
+    def _conn(self, url: str) -> tuple[http.client.HTTPConnection, str]:
+        parts = urlsplit(url)
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        return cls(parts.hostname, parts.port, timeout=self.timeout), parts.path or "/"
+
+    def _headers(self, body: bool) -> dict:
+        h = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        if body:
+            h["Content-Type"] = "application/json"
+        if self.ep.api_key:
+            h["Authorization"] = f"Bearer {self.ep.api_key}"
+        return h
+
+    def call(self, method: str, url: str, body: dict | None = None, limit: int = 16 << 20) -> tuple[int, bytes]:
+        conn, path = self._conn(url)
+        try:
+            conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
+                         headers=self._headers(body is not None))
+            resp = conn.getresponse()
+            return resp.status, resp.read(limit)
+        finally:
+            conn.close()
+
+    def get_json(self, path: str) -> dict:
+        """GET path -> JSON object; raises EndpointError saying what went wrong."""
+        try:
+            status, data = self.call("GET", self.ep.url + path)
+        except (OSError, http.client.HTTPException) as e:
+            raise EndpointError(f"not reachable: GET {path}: {_oserror(e)}") from None
+        if status != 200:
+            raise EndpointError(f"GET {path}: HTTP {status}{_auth_hint(status, self.ep)}: {_snippet(data)}")
+        try:
+            value = json.loads(data)
+        except ValueError:
+            raise EndpointError(f"not an OpenAI-compatible server: GET {path} did not answer JSON "
+                                f"({_snippet(data)})") from None
+        if not isinstance(value, dict):
+            raise EndpointError(f"not an OpenAI-compatible server: GET {path} did not answer a JSON object")
+        return value
+
+    def stream(self, path: str, body: dict, deadline: float | None = None) -> dict:
+        """One streamed request: {ok, ttft, e2e (s), output_tokens, prompt_tokens (server's), text, error}."""
+        out = {"ok": False, "ttft": None, "e2e": None, "output_tokens": 0, "prompt_tokens": None, "text": "",
+               "error": None}
+        start = time.monotonic()
+        conn, base = self._conn(self.ep.url + path)
+        pieces, chunks, usage = [], 0, None
+        try:
+            conn.request("POST", base, body=json.dumps(body).encode(), headers=self._headers(True))
+            resp = conn.getresponse()
+            if resp.status != 200:
+                out["error"] = f"POST {path}: HTTP {resp.status}{_auth_hint(resp.status, self.ep)}: " \
+                               f"{_snippet(resp.read(4096))}"
+                return out
+            if "text/event-stream" not in (resp.getheader("Content-Type") or ""):
+                out["error"] = (f"not an OpenAI-compatible stream: POST {path} answered "
+                                f"{resp.getheader('Content-Type') or 'no Content-Type'}: {_snippet(resp.read(4096))}")
+                return out
+            done = False
+            while True:
+                line = resp.readline(1 << 20)
+                if not line:
+                    break
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                try:
+                    event = json.loads(data)
+                except ValueError:
+                    out["error"] = f"not an OpenAI-compatible stream: {_snippet(data)}"
+                    return out
+                if isinstance(event, dict) and event.get("error"):
+                    err = event["error"]
+                    out["error"] = f"error event: {_snippet(json.dumps(err.get('message', err) if isinstance(err, dict) else err).encode())}"
+                    return out
+                usage = event.get("usage") or usage
+                text = "".join(_choice_text(c) for c in event.get("choices") or [])
+                if text:
+                    if out["ttft"] is None:
+                        out["ttft"] = time.monotonic() - start
+                    pieces.append(text)
+                    chunks += 1
+            if not done:
+                out["error"] = f"POST {path}: the stream ended without [DONE]"
+                return out
+        except (OSError, http.client.HTTPException) as e:
+            out["error"] = f"POST {path}: {_oserror(e)}"
+            return out
+        finally:
+            conn.close()
+            out["e2e"] = time.monotonic() - start
+        out["text"] = "".join(pieces)
+        if isinstance(usage, dict):
+            out["prompt_tokens"] = usage.get("prompt_tokens")
+            out["output_tokens"] = usage.get("completion_tokens") or chunks
+        else:
+            out["output_tokens"] = chunks
+        if out["ttft"] is None:
+            out["ttft"] = out["e2e"]  # no text at all (an immediate stop): the first token is the last
+        out["ok"] = True
+        return out
+
+
+class EndpointError(Exception):
+    pass
+
+
+def _choice_text(choice: dict) -> str:
+    if not isinstance(choice, dict):
+        return ""
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return (delta.get("content") or "") + (delta.get("reasoning_content") or "")
+    return choice.get("text") or ""
+
+
+def _oserror(e: Exception) -> str:
+    if isinstance(e, TimeoutError) or "timed out" in str(e):
+        return "timed out"
+    return getattr(e, "strerror", None) or str(e) or type(e).__name__
+
+
+def _snippet(data: bytes, n: int = 200) -> str:
+    text = data.decode("utf-8", "replace").strip().replace("\n", " ")
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return (text[:n] + "...") if len(text) > n else text or "(empty)"
+
+
+def _auth_hint(status: int, ep: Endpoint) -> str:
+    if status not in (401, 403):
+        return ""
+    return " (the API key was refused)" if ep.api_key else " (the server wants an API key: kvprov_engine_api_key_file " \
+                                                           "or --api-key-file)"
+
+
+def probe(ep: Endpoint, timeout: float) -> None:
+    """GET /v1/models: the served model and its context (sets ep.model, ep.max_model_len); raises
+    EndpointError. No inference request."""
+    models = Client(ep, timeout).get_json("/v1/models")
+    data = models.get("data")
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict) or not data[0].get("id"):
+        raise EndpointError("not an OpenAI-compatible server: GET /v1/models has no model in `data`")
+    ep.model = str(data[0]["id"])
+    limit = data[0].get("max_model_len") or data[0].get("context_length")
+    if isinstance(limit, int) and limit > 0:
+        ep.max_model_len, ep.max_model_len_from = limit, "/v1/models"
+
+
+def choose_api(ep: Endpoint, timeout: float, want: str) -> str:
+    """chat when the server answers a one-token chat request (a model without a chat template
+    refuses it), else completions. `want` chat/completions skips the probe."""
+    if want != "auto":
+        return want
+    body = {"model": ep.model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 1,
+            "stream": False}
+    try:
+        status, _ = Client(ep, timeout).call("POST", ep.url + "/v1/chat/completions", body, 1 << 20)
+    except (OSError, http.client.HTTPException) as e:
+        raise EndpointError(f"not reachable: POST /v1/chat/completions: {_oserror(e)}") from None
+    return "chat" if status == 200 else "completions"
+
+
+# ---------------------------------------------------------------------------- cache counters
+
+def parse_prometheus(text: str) -> dict[tuple[str, tuple], float]:
+    """Prometheus text -> {(name, ((label, value), ...)): value}; comments and junk skipped."""
+    out: dict[tuple[str, tuple], float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        labels: tuple = ()
+        if "{" in line:
+            name, _, rest = line.partition("{")
+            body, sep, tail = rest.rpartition("}")
+            if not sep:
+                continue
+            labels = tuple(sorted(_labels(body)))
+        else:
+            name, _, tail = line.partition(" ")
+        fields = tail.split()
+        if not fields:
+            continue
+        try:
+            out[(name.strip(), labels)] = float(fields[0])
+        except ValueError:
+            continue
+    return out
+
+
+def _labels(body: str):
+    i, n = 0, len(body)
+    while i < n:
+        eq = body.find("=", i)
+        if eq < 0 or eq + 1 >= n or body[eq + 1] != '"':
+            return
+        key = body[i:eq].strip().lstrip(",").strip()
+        j, value = eq + 2, []
+        while j < n and body[j] != '"':
+            if body[j] == "\\" and j + 1 < n:
+                j += 1
+                value.append({"n": "\n"}.get(body[j], body[j]))
+            else:
+                value.append(body[j])
+            j += 1
+        yield key, "".join(value)
+        i = j + 1
+        while i < n and body[i] in ", ":
+            i += 1
+
+
+# (metric, label that splits it, kind, source name): kind "hit" or "query"
+CACHE_COUNTERS = (
+    ("vllm:prefix_cache_queries", None, "query", "vllm_prefix"),
+    ("vllm:prefix_cache_hits", None, "hit", "vllm_prefix"),
+    ("vllm:gpu_prefix_cache_queries", None, "query", "vllm_prefix"),  # before vLLM 0.10
+    ("vllm:gpu_prefix_cache_hits", None, "hit", "vllm_prefix"),
+    ("vllm:external_prefix_cache_queries", None, "query", "vllm_external"),
+    ("vllm:external_prefix_cache_hits", None, "hit", "vllm_external"),
+    ("vllm:prompt_tokens_cached_by_source", "source", "hit", "vllm_cached_{}"),
+    ("lmcache_mp_lookup_requested_tokens", None, "query", "lmcache"),
+    ("lmcache_mp_lookup_hit_l1_tokens", None, "hit", "lmcache_l1"),
+    ("lmcache_mp_lookup_hit_l2_tokens", None, "hit", "lmcache_l2"),
+    ("sglang:prompt_tokens", None, "query", "sglang"),
+    ("sglang:cached_tokens", "cache_source", "hit", "sglang_{}"),
+)
+# more counters worth keeping in the raw deltas (not hits themselves)
+EXTRA_COUNTERS = ("vllm:prompt_tokens_cached", "lmcache_mp_l2_store_completed_objects_chunks",
+                  "lmcache_mp_l2_load_completed_requests")
+
+
+def cache_counters(text: str) -> dict[str, float]:
+    """The cache counters of a /metrics page: {name or name{label=value}: value summed over other labels}."""
+    parsed = parse_prometheus(text)
+    out: dict[str, float] = {}
+    wanted = {c[0]: c[1] for c in CACHE_COUNTERS} | dict.fromkeys(EXTRA_COUNTERS)
+    for (name, labels), value in parsed.items():
+        base = name[:-6] if name.endswith("_total") else name
+        if base not in wanted or name.endswith(("_created", "_bucket")):
+            continue
+        split = wanted[base]
+        key = base
+        if split:
+            label = dict(labels).get(split)
+            key = f"{base}{{{split}={label}}}" if label is not None else base
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """after - before per counter; a counter that appears only after (registered at first use) counts
+    from 0; a counter that went down (the engine restarted) counts from 0 too."""
+    out = {}
+    for key, value in after.items():
+        prev = before.get(key, 0.0)
+        out[key] = value - prev if value >= prev else value
+    return out
+
+
+def cache_summary(delta: dict[str, float]) -> dict:
+    """{hit_tokens: {source: n}, queried_tokens: {scope: n}, counters: raw deltas}."""
+    hits, queries = {}, {}
+    for metric, split, kind, source in CACHE_COUNTERS:
+        for key, value in delta.items():
+            if split and key.startswith(metric + "{"):
+                label = key[len(metric) + len(split) + 2:-1]
+                (hits if kind == "hit" else queries)[source.format(label)] = value
+            elif key == metric:
+                target = hits if kind == "hit" else queries
+                target[source] = target.get(source, 0.0) + value
+    return {"hit_tokens": hits, "queried_tokens": queries, "counters": dict(sorted(delta.items()))}
+
+
+def read_counters(client: Client, urls: list[str]) -> tuple[dict[str, float], list[str]]:
+    """The cache counters of every metrics URL together; the errors of those that did not answer."""
+    out, errors = {}, []
+    for url in urls:
+        try:
+            status, data = client.call("GET", url)
+        except (OSError, http.client.HTTPException) as e:
+            errors.append(f"{url}: {_oserror(e)}")
+            continue
+        if status != 200:
+            errors.append(f"{url}: HTTP {status}")
+            continue
+        for k, v in cache_counters(data.decode("utf-8", "replace")).items():
+            out[k] = out.get(k, 0.0) + v
+    return out, errors
+
+
+# ---------------------------------------------------------------------------- running
+
+@dataclass
+class Settings:
+    prompt_tokens: list[int]
+    turns: int = 3
+    users: int = 2
+    output_tokens: int = 64
+    turn_tokens: int = 100
+    duration: float = 600.0
+    request_timeout: float = 300.0
+    api: str = "auto"
+    seed: str = "0"
+    ignore_eos: bool = True
+
+
+class Stop:
+    """When to stop: the --duration deadline, or Ctrl-C."""
+
+    def __init__(self, duration: float):
+        self.deadline = time.monotonic() + duration
+        self.reason: str | None = None
+
+    def check(self) -> bool:
+        if self.reason is None and time.monotonic() >= self.deadline:
+            self.reason = "duration"
+        return self.reason is not None
+
+
+def _request_body(ep: Endpoint, s: Settings, history: list[dict]) -> tuple[str, dict]:
+    body = {"model": ep.model, "max_tokens": s.output_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    if s.ignore_eos:
+        body["ignore_eos"] = True  # vLLM and SGLang: every answer is output_tokens long
+    if ep.api == "chat":
+        return "/v1/chat/completions", {**body, "messages": history}
+    prompt = "".join(f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}\n\n" for m in history)
+    return "/v1/completions", {**body, "prompt": prompt + "Assistant:"}
+
+
+def measure_point(samples: list[dict], seconds: float) -> dict:
+    ok = [x for x in samples if x["ok"]]
+    errors = [x for x in samples if not x["ok"]]
+    out_tokens = sum(x["output_tokens"] or 0 for x in ok)
+    server_prompt = [x["prompt_tokens"] for x in ok if isinstance(x.get("prompt_tokens"), int)]
+    return {
+        "requests": len(samples), "ok": len(ok), "errors": len(errors),
+        "first_error": errors[0]["error"] if errors else None,
+        "seconds": round(seconds, 3),
+        "requests_per_s": round(len(ok) / seconds, 3) if seconds > 0 else None,
+        "output_tokens": out_tokens,
+        "output_tokens_per_s": round(out_tokens / seconds, 3) if seconds > 0 else None,
+        "server_prompt_tokens_mean": round(sum(server_prompt) / len(server_prompt), 1) if server_prompt else None,
+        "ttft_ms": rounded(percentiles([x["ttft"] * 1000 for x in ok])),
+        "latency_ms": rounded(percentiles([x["e2e"] * 1000 for x in ok])),
+    }
+
+
+def run_conversations(ep: Endpoint, conversations: list[Conversation], s: Settings, stop: Stop,
+                      on_point=None, phase: str = "sweep") -> list[dict]:
+    """Run the conversations against one endpoint turn by turn (all users of a turn side by side, one
+    thread each) and return one point per turn. A later phase (e.g. a replay after a restart) passes the
+    same conversations again. Stops early at `stop` (Ctrl-C raises KeyboardInterrupt, with the points of
+    the turns completed in `run_conversations.partial`)."""
+    client = Client(ep, s.request_timeout)
+    histories: list[list[dict]] = [[] for _ in conversations]
+    points: list[dict] = []
+    turns = max(len(c.messages) for c in conversations)
+    for turn in range(1, turns + 1):
+        if stop.check():
+            break
+        before, metric_errors = read_counters(client, ep.metrics_urls)
+        samples: list[dict | None] = [None] * len(conversations)
+        path_bodies = []
+        for i, conv in enumerate(conversations):
+            histories[i].append({"role": "user", "content": conv.messages[turn - 1]})
+            path_bodies.append(_request_body(ep, s, histories[i]))
+
+        def work(i: int) -> None:
+            path, body = path_bodies[i]
+            samples[i] = client.stream(path, body)
+
+        threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(conversations))]
+        start = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:  # join in slices: Ctrl-C reaches the main thread; --duration bounds the wait
+            while t.is_alive() and not stop.check():
+                t.join(0.1)
+        seconds = time.monotonic() - start
+        for i, x in enumerate(samples):
+            if x is None:
+                samples[i] = {"ok": False, "error": "stopped at --duration before the answer completed"}
+        for i, x in enumerate(samples):
+            histories[i].append({"role": "assistant", "content": x.get("text") or ""})
+        after, errs = read_counters(client, ep.metrics_urls)
+        metric_errors += [e for e in errs if e not in metric_errors]
+        conv0 = conversations[0]
+        point = {"phase": phase, "instance": ep.name, "engine": ep.engine, "url": ep.url, "api": ep.api,
+                 "prompt_tokens": conv0.prompt_tokens, "turn": turn, "users": len(conversations),
+                 "new_tokens": sorted({c.message_tokens[turn - 1] for c in conversations}),
+                 "history_tokens_mean": round(sum(sum(c.message_tokens[:turn]) for c in conversations)
+                                              / len(conversations) + (turn - 1) * s.output_tokens, 1),
+                 **measure_point(samples, seconds),
+                 "cache": cache_summary(counter_delta(before, after)) if (before or after) else None,
+                 "metrics_errors": metric_errors}
+        points.append(point)
+        if on_point:
+            on_point(point)
+        if point["ok"] == 0 and point["requests"]:
+            break  # every request failed: do not hammer a broken endpoint with the later turns
+    return points
+
+
+def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, TokenCounter]) -> dict:
+    """The sweep over every measurable endpoint; returns the result document (points so far when
+    interrupted: result['stopped'] == 'interrupted')."""
+    stop = Stop(s.duration)
+    live = [ep for ep in endpoints if not ep.problem]
+    total = len(live) * len(s.prompt_tokens) * s.turns
+    result = {"points": [], "planned_points": total, "stopped": None}
+    done = [0]
+    t0 = time.monotonic()
+
+    def on_point(p: dict) -> None:
+        done[0] += 1
+        result["points"].append(p)
+        ttft = p["ttft_ms"]["p50"]
+        progress(f"[{done[0]}/{total}] {p['instance']} {p['prompt_tokens']} tokens, turn {p['turn']}/{s.turns}: "
+                 f"{p['ok']}/{p['requests']} ok, {p['requests_per_s'] or 0:.2f} req/s, "
+                 f"{p['output_tokens_per_s'] or 0:.1f} output tok/s, TTFT p50 "
+                 + (f"{ttft:.0f} ms" if ttft is not None else "-")
+                 + f" ({done[0] / max(1e-9, time.monotonic() - t0) * 60:.1f} points/min)"
+                 + (f"; first error: {p['first_error']}" if p["first_error"] else ""))
+
+    try:
+        for ep in live:
+            counter = counters[ep.name]
+            for n in s.prompt_tokens:
+                if stop.check():
+                    break
+                convs = make_conversations(counter, n, s.users, s.turns, s.turn_tokens, f"{s.seed}/{ep.name}")
+                points = run_conversations(ep, convs, s, stop, on_point)
+                if points and points[0]["ok"] == 0:
+                    ep.problem = f"every request failed: {points[0]['first_error']}"
+                    break
+    except KeyboardInterrupt:
+        stop.reason = "interrupted"
+    result["stopped"] = stop.reason
+    return result
+
+
+# ---------------------------------------------------------------------------- the command
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want comma-separated token counts, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"want positive token counts, got {text!r}")
+    return values
+
+
+def _positive(kind):
+    def conv(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+        return value
+    return conv
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("loadtest", help="multi-turn serving benchmark of the engines (throughput, TTFT, cache hits)",
+                       description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inventory", nargs="?", help="measure this inventory's engine instances")
+    p.add_argument("--url", action="append", default=[], metavar="URL",
+                   help="an OpenAI-compatible server to measure instead (repeatable; no inventory needed)")
+    p.add_argument("--api-key-file", metavar="F", help="with --url: a file holding the API key (sent as Bearer)")
+    p.add_argument("--limit", help="Ansible host pattern")
+    p.add_argument("--instances", metavar="NAMES", help="comma-separated instance names (main or host/main)")
+    p.add_argument("--prompt-tokens", type=_int_list, default=",".join(map(str, DEFAULT_PROMPT_TOKENS)), metavar="L1,L2,...",
+                   help="initial prompt lengths in tokens (default %(default)s)")
+    p.add_argument("--turns", type=_positive(int), default=3, metavar="N", help="turns per conversation (3)")
+    p.add_argument("--users", type=_positive(int), default=2, metavar="N", help="conversations side by side (2)")
+    p.add_argument("--output-tokens", type=_positive(int), default=64, metavar="N", help="tokens per answer (64)")
+    p.add_argument("--turn-tokens", type=_positive(int), default=100, metavar="N",
+                   help="tokens of each later user message (100)")
+    p.add_argument("--duration", type=_positive(float), default=600, metavar="S",
+                   help="stop after S seconds whatever is left (600)")
+    p.add_argument("--request-timeout", type=_positive(float), default=300, metavar="S", help="per request (300)")
+    p.add_argument("--api", choices=("auto", "chat", "completions"), default="auto",
+                   help="auto: chat when the server answers it, else completions")
+    p.add_argument("--tokenizer", metavar="PATH", help="tokenizer.json or the model directory holding it "
+                                                      "(default: the inventory's kvprov_engine_model_path)")
+    p.add_argument("--seed", default=None, help="workload seed (default: a new one per run, recorded in the JSON)")
+    p.add_argument("--label", help="the run's name in charts and --compare (default: the time)")
+    p.add_argument("--out", metavar="DIR", help="where loadtest.json/.png/.html go (default loadtest-<time>)")
+    p.add_argument("--json", metavar="F", help="also write the JSON to F")
+    p.add_argument("--compare", nargs="+", metavar="RUN.json",
+                   help="no load: overlay these earlier runs into DIR/compare.png and compare.html")
+    p.set_defaults(func=cmd_loadtest)
+
+
+def _progress(line: str) -> None:
+    print(f"loadtest: {line}", file=sys.stderr, flush=True)
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def cmd_loadtest(args) -> int:
+    from kvprov import loadtest_report as report
+
+    if args.compare:
+        if args.inventory or args.url:
+            raise KvprovError("--compare reads earlier runs: give no inventory or --url", EXIT_USAGE)
+        runs = [report.load_run(f) for f in args.compare]
+        out = Path(args.out or f"loadtest-compare-{_stamp()}")
+        paths = report.write_compare(runs, out)
+        print("\n".join(str(p) for p in paths))
+        return EXIT_OK
+    if bool(args.inventory) == bool(args.url):
+        raise KvprovError("give an INVENTORY or --url URL (not both)", EXIT_USAGE)
+    if args.api_key_file and not args.url:
+        raise KvprovError("--api-key-file goes with --url (the inventory names its own key file)", EXIT_USAGE)
+    if args.url and (args.limit or args.instances):
+        raise KvprovError("--limit and --instances select inventory instances: not with --url", EXIT_USAGE)
+    s = Settings(prompt_tokens=sorted(set(args.prompt_tokens)), turns=args.turns, users=args.users,
+                 output_tokens=args.output_tokens, turn_tokens=args.turn_tokens, duration=args.duration,
+                 request_timeout=args.request_timeout, api=args.api,
+                 seed=args.seed if args.seed is not None else f"{random.getrandbits(32):08x}")
+    out = Path(args.out or f"loadtest-{_stamp()}")
+    started = datetime.now(timezone.utc)
+    if args.url:
+        key = read_api_key(args.api_key_file, "--api-key-file") if args.api_key_file else None
+        endpoints = url_endpoints(args.url, key, args.tokenizer)
+    else:
+        names = [n.strip() for n in args.instances.split(",") if n.strip()] if args.instances else None
+        endpoints = load_inventory_endpoints(args.inventory, args.limit, names, args.tokenizer)
+
+    probe_timeout = min(30.0, s.request_timeout)
+    for ep in endpoints:  # models and context, before any inference request
+        if not ep.problem:
+            try:
+                probe(ep, probe_timeout)
+            except EndpointError as e:
+                ep.problem = str(e)
+    refused = context_problems(endpoints, s.prompt_tokens, s.turns, s.turn_tokens, s.output_tokens)
+    if refused:
+        for line in refused:
+            print(f"kvprov loadtest: refused: {line}", file=sys.stderr)
+        raise KvprovError("prompt lengths over the model's context: nothing was sent (lower --prompt-tokens, "
+                          "--turns, --turn-tokens or --output-tokens)", EXIT_USAGE)
+    counters: dict[str, TokenCounter] = {}
+    for ep in endpoints:
+        if not ep.problem:
+            try:
+                ep.api = choose_api(ep, probe_timeout, s.api)
+            except EndpointError as e:
+                ep.problem = str(e)
+        counters[ep.name] = TokenCounter(ep.model_path)
+    for ep in endpoints:
+        if ep.problem:
+            print(f"kvprov loadtest: {ep.name} ({ep.url}): {ep.problem}", file=sys.stderr)
+    live = [ep for ep in endpoints if not ep.problem]
+    _progress(f"{len(live)} endpoint(s), prompt lengths {','.join(map(str, s.prompt_tokens))}, {s.turns} turns, "
+              f"{s.users} users, {s.output_tokens} output tokens, at most {s.duration:g} s")
+    for ep in live:
+        _progress(f"{ep.name}: model {ep.model}, {ep.api} API, tokens {counters[ep.name].note}")
+
+    result = run(endpoints, s, _progress, counters) if live else {"points": [], "planned_points": 0,
+                                                                    "stopped": None}
+    for ep in live:  # a later failure (every request of a turn failed)
+        if ep.problem:
+            print(f"kvprov loadtest: {ep.name} ({ep.url}): {ep.problem}", file=sys.stderr)
+    errors = {}
+    for p in result["points"]:
+        if p["errors"]:
+            e = errors.setdefault(p["instance"], [0, 0, p["first_error"]])
+            e[0] += p["errors"]
+        if p["instance"] in errors:
+            errors[p["instance"]][1] += p["requests"]
+    for name, (n, total, first) in errors.items():
+        ep = next(e for e in endpoints if e.name == name)
+        if not ep.problem:
+            print(f"kvprov loadtest: {name} ({ep.url}): {n} request(s) failed; first: {first}", file=sys.stderr)
+    failed = any(ep.problem for ep in endpoints) or bool(errors)
+    code = INTERRUPTED if result["stopped"] == "interrupted" else EXIT_CHECKS_FAILED if failed else EXIT_OK
+    if result["stopped"] == "duration":
+        _progress(f"stopped at --duration {s.duration:g} s after {len(result['points'])} of "
+                  f"{result['planned_points']} points")
+    finished = datetime.now(timezone.utc)
+    doc = {"format": FORMAT, "kind": "kvprov-loadtest", "label": args.label or started.strftime("%Y-%m-%d %H:%M"),
+           "started": started.isoformat(timespec="seconds"), "finished": finished.isoformat(timespec="seconds"),
+           "seconds": round((finished - started).total_seconds(), 3),
+           "settings": {"prompt_tokens": s.prompt_tokens, "turns": s.turns, "users": s.users,
+                        "output_tokens": s.output_tokens, "turn_tokens": s.turn_tokens, "duration_s": s.duration,
+                        "request_timeout_s": s.request_timeout, "api": s.api, "seed": s.seed,
+                        "ignore_eos": s.ignore_eos, "source": "inventory" if args.inventory else "url",
+                        "inventory": args.inventory},
+           "endpoints": [{**ep.public(), "tokenizer": counters[ep.name].describe()} for ep in endpoints],
+           "planned_points": result["planned_points"], "done_points": len(result["points"]),
+           "stopped": result["stopped"], "exit_code": code, "points": result["points"]}
+    try:
+        paths = report.write_run(doc, out, args.json)
+    except KeyboardInterrupt:  # a second Ctrl-C while writing: finish writing anyway
+        paths = report.write_run(doc, out, args.json)
+    print("\n".join(str(p) for p in paths))
+    if result["stopped"] == "interrupted":
+        print("kvprov loadtest: interrupted; what was measured is written", file=sys.stderr)
+    return code

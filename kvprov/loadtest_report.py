@@ -1,0 +1,283 @@
+"""What `kvprov loadtest` writes: the JSON of a run (docs/loadtest.md), a PNG chart
+(matplotlib, Agg backend: no display needed) and a one-page HTML report embedding it;
+and the same chart and report overlaying earlier runs (--compare).
+
+The chart has three panels: output tokens/s and TTFT p50 against the initial prompt
+length (one colour per instance, or per run and instance when comparing; TTFT solid for
+the first turn, dashed for the last, whose prefix the engine has seen), and the prompt
+tokens served from each cache source over the whole run (where the hits came from)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from kvprov.errors import EXIT_ENVIRONMENT, EXIT_USAGE, KvprovError
+
+JSON_NAME, PNG_NAME, HTML_NAME = "loadtest.json", "loadtest.png", "loadtest.html"
+MODE = 0o644  # results name hosts and URLs, never a key; people open them in a browser as themselves
+
+
+# ---------------------------------------------------------------------------- files
+
+def _write(path: Path, data: bytes) -> None:
+    """Atomically: a temporary file beside the target, then renamed over it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            os.fchmod(fh.fileno(), MODE)
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
+
+
+def load_run(path: str) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise KvprovError(f"--compare {path}: {getattr(e, 'strerror', None) or e}", EXIT_USAGE) from None
+    if not isinstance(doc, dict) or doc.get("kind") != "kvprov-loadtest" or not isinstance(doc.get("points"), list):
+        raise KvprovError(f"--compare {path}: not the JSON of a kvprov loadtest run", EXIT_USAGE)
+    doc.setdefault("label", Path(path).stem)
+    doc["_file"] = str(path)
+    return doc
+
+
+def write_run(doc: dict, out: Path, json_copy: str | None = None) -> list[Path]:
+    """DIR/loadtest.json first (so a missing matplotlib loses nothing), then the PNG and the HTML."""
+    text = (json.dumps(doc, indent=2) + "\n").encode()
+    paths = [out / JSON_NAME]
+    _write(out / JSON_NAME, text)
+    if json_copy:
+        _write(Path(json_copy), text)
+        paths.append(Path(json_copy))
+    png = chart([doc])
+    _write(out / PNG_NAME, png)
+    _write(out / HTML_NAME, run_html(doc, png).encode())
+    return paths + [out / PNG_NAME, out / HTML_NAME]
+
+
+def write_compare(runs: list[dict], out: Path) -> list[Path]:
+    labels = [r["label"] for r in runs]
+    if len(set(labels)) < len(labels):  # the same label twice: tell them apart by file
+        for r in runs:
+            r["label"] = f"{r['label']} ({Path(r['_file']).stem})"
+    png = chart(runs)
+    _write(out / "compare.png", png)
+    _write(out / "compare.html", compare_html(runs, png).encode())
+    return [out / "compare.png", out / "compare.html"]
+
+
+# ---------------------------------------------------------------------------- figures (pure)
+
+def series(doc: dict) -> dict[str, dict]:
+    """Per instance: {length: {tokens_per_s, ttft_first, ttft_last}} from a run's sweep points."""
+    out: dict[str, dict] = {}
+    turns = doc.get("settings", {}).get("turns") or 1
+    for p in doc["points"]:
+        if p.get("phase", "sweep") != "sweep":
+            continue
+        s = out.setdefault(p["instance"], {}).setdefault(p["prompt_tokens"], {"tokens": 0, "seconds": 0.0})
+        s["tokens"] += p.get("output_tokens") or 0
+        s["seconds"] += p.get("seconds") or 0.0
+        ttft = (p.get("ttft_ms") or {}).get("p50")
+        if p["turn"] == 1:
+            s["ttft_first"] = ttft
+        if p["turn"] == turns:
+            s["ttft_last"] = ttft
+    for inst in out.values():
+        for s in inst.values():
+            s["tokens_per_s"] = s["tokens"] / s["seconds"] if s["seconds"] > 0 else None
+    return out
+
+
+def hits_by_source(doc: dict) -> dict[str, dict[str, float]]:
+    """Per instance: prompt tokens served per cache source over the run's points."""
+    out: dict[str, dict[str, float]] = {}
+    for p in doc["points"]:
+        hits = (p.get("cache") or {}).get("hit_tokens") or {}
+        inst = out.setdefault(p["instance"], {})
+        for source, n in hits.items():
+            inst[source] = inst.get(source, 0.0) + n
+    return out
+
+
+def chart(runs: list[dict]) -> bytes:
+    """The PNG: throughput and TTFT against initial prompt length, and cache hits per source."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise KvprovError("matplotlib is not installed (pip install matplotlib, or scripts/install-deps): "
+                          "the JSON is written, the chart and the HTML are not", EXIT_ENVIRONMENT) from None
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5.2), gridspec_kw={"width_ratios": [1, 1, 1.1]})
+    tput, ttft, hits = axes
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    lengths: set[int] = set()
+    bars = []
+    k = 0
+    for run in runs:
+        prefix = f"{run['label']} · " if len(runs) > 1 else ""
+        for inst, by_len in sorted(series(run).items()):
+            c = colors[k % len(colors)]
+            k += 1
+            xs = sorted(by_len)
+            lengths.update(xs)
+            name = prefix + inst
+            tput.plot(xs, [by_len[x]["tokens_per_s"] for x in xs], "o-", color=c, label=name)
+            ttft.plot(xs, [by_len[x].get("ttft_first") for x in xs], "o-", color=c, label=f"{name}, turn 1")
+            if (run.get("settings", {}).get("turns") or 1) > 1:
+                ttft.plot(xs, [by_len[x].get("ttft_last") for x in xs], "s--", color=c,
+                          label=f"{name}, turn {run['settings']['turns']}")
+        for inst, sources in sorted(hits_by_source(run).items()):
+            bars.append((prefix + inst, sources))
+    for ax, title, unit in ((tput, "Output throughput", "output tokens/s"), (ttft, "Time to first token (p50)", "ms")):
+        ax.set_title(title)
+        ax.set_xlabel("initial prompt length (tokens)")
+        ax.set_ylabel(unit)
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+        if lengths and max(lengths) / min(lengths) >= 8:
+            ax.set_xscale("log", base=2)
+        if lengths:
+            ax.set_xticks(sorted(lengths))
+            ax.set_xticklabels([str(x) for x in sorted(lengths)], rotation=45 if len(lengths) > 5 else 0)
+        if ax.lines:
+            ax.legend(fontsize=7, loc="best")
+        else:
+            ax.text(0.5, 0.5, "no point measured", ha="center", va="center", transform=ax.transAxes)
+    _hit_bars(hits, bars, colors)
+    fig.suptitle(" vs ".join(r["label"] for r in runs) if len(runs) > 1 else f"kvprov loadtest: {runs[0]['label']}")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _hit_bars(ax, bars: list[tuple[str, dict]], colors: list[str]) -> None:
+    ax.set_title("Prompt tokens served from cache, by source")
+    sources = sorted({s for _, srcs in bars for s, n in srcs.items() if n})
+    if not sources:
+        ax.text(0.5, 0.5, "no cache hits counted\n(or no cache counters exposed)", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return
+    width = 0.8 / len(sources)
+    for j, source in enumerate(sources):
+        ys = [srcs.get(source, 0) for _, srcs in bars]
+        ax.barh([i + j * width for i in range(len(bars))], ys, height=width, label=source,
+                color=colors[(j + 3) % len(colors)])
+    ax.set_yticks([i + width * (len(sources) - 1) / 2 for i in range(len(bars))])
+    ax.set_yticklabels([name for name, _ in bars], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("tokens (whole run)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+
+
+# ---------------------------------------------------------------------------- HTML (pure)
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1500px}
+h1{font-size:22px;margin:0 0 6px}h2{font-size:17px;margin:22px 0 8px}
+table{border-collapse:collapse;font-size:12.5px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
+th{background:#f2f2f2}td.l,th.l{text-align:left}tr.err td{background:#fde8e8}
+.meta{font-size:13px;color:#444}.bad{color:#b00020;font-weight:600}img{max-width:100%;border:1px solid #ddd}"""
+
+
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _n(value, digits: int = 0) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _hits(cache: dict | None) -> str:
+    if not cache:
+        return "–"
+    hits = {k: v for k, v in (cache.get("hit_tokens") or {}).items() if v}
+    return ", ".join(f"{k} {v:,.0f}" for k, v in sorted(hits.items())) or "0"
+
+
+def _endpoints_table(doc: dict) -> str:
+    rows = "".join(
+        f"<tr><td class=l>{_e(ep['name'])}</td><td class=l>{_e(ep['url'])}</td><td class=l>{_e(ep.get('engine'))}</td>"
+        f"<td class=l>{_e(ep.get('model'))}</td><td>{_e(ep.get('max_model_len'))}</td><td class=l>{_e(ep.get('api'))}</td>"
+        f"<td class=l>{_e((ep.get('tokenizer') or {}).get('note'))}</td>"
+        f"<td class=l>{'<span class=bad>' + _e(ep['problem']) + '</span>' if ep.get('problem') else 'measured'}</td></tr>"
+        for ep in doc.get("endpoints", []))
+    return ("<table><tr><th class=l>instance</th><th class=l>URL</th><th class=l>engine</th><th class=l>model</th>"
+            "<th>context</th><th class=l>API</th><th class=l>token counts</th><th class=l>status</th></tr>"
+            f"{rows}</table>")
+
+
+def _points_table(doc: dict) -> str:
+    head = ("<tr><th class=l>instance</th><th>prompt tokens</th><th>turn</th><th>ok / req</th><th>req/s</th>"
+            "<th>output tok/s</th><th>TTFT p50</th><th>p90</th><th>p99</th><th>latency p50</th><th>p90</th>"
+            "<th>p99</th><th class=l>cache hits (tokens, by source)</th><th class=l>first error</th></tr>")
+    rows = []
+    for p in doc["points"]:
+        t, lat = p.get("ttft_ms") or {}, p.get("latency_ms") or {}
+        rows.append(
+            f"<tr{' class=err' if p.get('errors') else ''}><td class=l>{_e(p['instance'])}"
+            f"{'' if p.get('phase', 'sweep') == 'sweep' else ' (' + _e(p['phase']) + ')'}</td>"
+            f"<td>{p['prompt_tokens']}</td><td>{p['turn']}</td><td>{p['ok']} / {p['requests']}</td>"
+            f"<td>{_n(p.get('requests_per_s'), 2)}</td><td>{_n(p.get('output_tokens_per_s'), 1)}</td>"
+            + "".join(f"<td>{_n(d.get(k))}</td>" for d in (t, lat) for k in ("p50", "p90", "p99"))
+            + f"<td class=l>{_e(_hits(p.get('cache')))}</td><td class=l>{_e(p.get('first_error') or '')}</td></tr>")
+    return f"<table>{head}{''.join(rows)}</table>" if rows else "<p class=bad>No point was measured.</p>"
+
+
+def _settings_line(doc: dict) -> str:
+    s = doc.get("settings", {})
+    return (f"prompt lengths {', '.join(map(str, s.get('prompt_tokens', [])))} tokens · {s.get('turns')} turns of "
+            f"+{s.get('turn_tokens')} tokens · {s.get('users')} users side by side · {s.get('output_tokens')} output "
+            f"tokens per answer · at most {s.get('duration_s')} s · seed {s.get('seed')}")
+
+
+def _status_line(doc: dict) -> str:
+    stopped = {"interrupted": "interrupted (Ctrl-C): the points below are what was measured",
+               "duration": "stopped at --duration"}.get(doc.get("stopped"), "complete")
+    return (f"{doc.get('done_points')} of {doc.get('planned_points')} points · {stopped} · exit {doc.get('exit_code')}")
+
+
+def _img(png: bytes) -> str:
+    return f'<img alt="throughput, TTFT and cache hits" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def run_html(doc: dict, png: bytes) -> str:
+    return (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>kvprov loadtest: {_e(doc['label'])}</title>"
+            f"<style>{STYLE}</style></head><body><h1>kvprov loadtest: {_e(doc['label'])}</h1>"
+            f"<p class=meta>{_e(doc.get('started'))} → {_e(doc.get('finished'))} ({_n(doc.get('seconds'), 1)} s) · "
+            f"{_e(_status_line(doc))}<br>{_e(_settings_line(doc))}</p>"
+            f"{_img(png)}<h2>Endpoints</h2>{_endpoints_table(doc)}"
+            f"<h2>Points (instance × prompt length × turn; times in ms)</h2>{_points_table(doc)}"
+            "<p class=meta>TTFT: time to the first streamed token; latency: to the end of the answer. Cache hits: "
+            "the growth of the engine's own counters over the point (vLLM prefix and external caches, vLLM cached "
+            "by source, LMCache MP L1/L2, SGLang by cache source).</p></body></html>\n")
+
+
+def compare_html(runs: list[dict], png: bytes) -> str:
+    parts = []
+    for run in runs:
+        parts.append(f"<h2>{_e(run['label'])}</h2><p class=meta>{_e(run.get('_file'))} · {_e(run.get('started'))} · "
+                     f"{_e(_status_line(run))}<br>{_e(_settings_line(run))}</p>{_endpoints_table(run)}<br>"
+                     f"{_points_table(run)}")
+    title = " vs ".join(r["label"] for r in runs)
+    return (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>kvprov loadtest: {_e(title)}</title>"
+            f"<style>{STYLE}</style></head><body><h1>kvprov loadtest: {_e(title)}</h1>{_img(png)}"
+            f"{''.join(parts)}</body></html>\n")
