@@ -122,7 +122,7 @@ def chart(runs: list[dict]) -> bytes:
     except ImportError:
         raise KvprovError("matplotlib is not installed (pip install matplotlib, or scripts/install-deps): "
                           "the JSON is written, the chart and the HTML are not", EXIT_ENVIRONMENT) from None
-    fig, axes = plt.subplots(1, 3, figsize=(16, 5.2), gridspec_kw={"width_ratios": [1, 1, 1.1]})
+    fig, axes = plt.subplots(1, 3, figsize=(16, 6.2), gridspec_kw={"width_ratios": [1, 1, 1.1]})
     tput, ttft, hits = axes
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     lengths: set[int] = set()
@@ -155,10 +155,10 @@ def chart(runs: list[dict]) -> bytes:
             ax.set_xticks(sorted(lengths))
             ax.set_xticklabels([str(x) for x in sorted(lengths)], rotation=45 if len(lengths) > 5 else 0)
         if ax.lines:
-            ax.legend(fontsize=7, loc="best")
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
         else:
             ax.text(0.5, 0.5, "no point measured", ha="center", va="center", transform=ax.transAxes)
-    _hit_bars(hits, bars, colors)
+    _hit_bars(hits, bars)
     fig.suptitle(" vs ".join(r["label"] for r in runs) if len(runs) > 1 else f"kvprov loadtest: {runs[0]['label']}")
     fig.tight_layout()
     buf = io.BytesIO()
@@ -167,26 +167,51 @@ def chart(runs: list[dict]) -> bytes:
     return buf.getvalue()
 
 
-def _hit_bars(ax, bars: list[tuple[str, dict]], colors: list[str]) -> None:
+# Cache sources, from the GPU down to storage, with the names the chart shows.
+SOURCE_LABELS = {
+    "vllm_prefix": "vLLM prefix cache (device)",
+    "vllm_cached_host": "vLLM offload: host memory",
+    "vllm_cached_disk": "vLLM offload: disk/file tier",
+    "vllm_cached_p2p": "vLLM: peer (p2p)",
+    "vllm_external": "vLLM KV connector (external)",
+    "lmcache_l1": "LMCache L1 (host memory)",
+    "lmcache_l2": "LMCache L2 (storage tier)",
+    "sglang_device": "SGLang device",
+    "sglang_host": "SGLang HiCache host",
+    "sglang_storage": "SGLang HiCache storage",
+}
+# vLLM's cached-by-source counter repeats these when the plain counters are there
+REDUNDANT = {"vllm_cached_device": "vllm_prefix", "vllm_cached_external_unspecified": "vllm_external"}
+
+
+def chart_sources(found: set[str]) -> list[str]:
+    """The sources to draw, GPU first, storage last; unknown ones after, by name."""
+    keep = {s for s in found if REDUNDANT.get(s) not in found}
+    return [s for s in SOURCE_LABELS if s in keep] + sorted(keep - set(SOURCE_LABELS))
+
+
+def _hit_bars(ax, bars: list[tuple[str, dict]]) -> None:
     ax.set_title("Prompt tokens served from cache, by source")
-    sources = sorted({s for _, srcs in bars for s, n in srcs.items() if n})
+    sources = chart_sources({s for _, srcs in bars for s, n in srcs.items() if n})
     if not sources:
         ax.text(0.5, 0.5, "no cache hits counted\n(or no cache counters exposed)", ha="center", va="center",
                 transform=ax.transAxes)
         ax.set_xticks([])
         ax.set_yticks([])
         return
+    import matplotlib
+    palette = matplotlib.colormaps["Set2"].colors
     width = 0.8 / len(sources)
     for j, source in enumerate(sources):
         ys = [srcs.get(source, 0) for _, srcs in bars]
-        ax.barh([i + j * width for i in range(len(bars))], ys, height=width, label=source,
-                color=colors[(j + 3) % len(colors)])
+        ax.barh([i + j * width for i in range(len(bars))], ys, height=width,
+                label=SOURCE_LABELS.get(source, source), color=palette[j % len(palette)])
     ax.set_yticks([i + width * (len(sources) - 1) / 2 for i in range(len(bars))])
     ax.set_yticklabels([name for name, _ in bars], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("tokens (whole run)")
     ax.grid(True, axis="x", alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
 
 
 # ---------------------------------------------------------------------------- HTML (pure)
@@ -210,7 +235,11 @@ def _hits(cache: dict | None) -> str:
     if not cache:
         return "–"
     hits = {k: v for k, v in (cache.get("hit_tokens") or {}).items() if v}
-    return ", ".join(f"{k} {v:,.0f}" for k, v in sorted(hits.items())) or "0"
+    queried = (cache.get("queried_tokens") or {}).get("vllm_prefix") or (cache.get("queried_tokens") or {}).get(
+        "sglang")
+    text = ", ".join(f"{k} {hits[k]:,.0f}" for k in chart_sources(set(hits))) or "0"
+    total = hits.get("vllm_prefix", sum(v for k, v in hits.items() if k.startswith("sglang_")))
+    return f"{text} ({total / queried:.0%} of {queried:,.0f} queried)" if queried and total else text
 
 
 def _endpoints_table(doc: dict) -> str:
@@ -227,7 +256,7 @@ def _endpoints_table(doc: dict) -> str:
 
 def _points_table(doc: dict) -> str:
     head = ("<tr><th class=l>instance</th><th>prompt tokens</th><th>turn</th><th>ok / req</th><th>req/s</th>"
-            "<th>output tok/s</th><th>TTFT p50</th><th>p90</th><th>p99</th><th>latency p50</th><th>p90</th>"
+            "<th>output tok/s</th><th>prompt tok (server)</th><th>TTFT p50</th><th>p90</th><th>p99</th><th>latency p50</th><th>p90</th>"
             "<th>p99</th><th class=l>cache hits (tokens, by source)</th><th class=l>first error</th></tr>")
     rows = []
     for p in doc["points"]:
@@ -237,6 +266,7 @@ def _points_table(doc: dict) -> str:
             f"{'' if p.get('phase', 'sweep') == 'sweep' else ' (' + _e(p['phase']) + ')'}</td>"
             f"<td>{p['prompt_tokens']}</td><td>{p['turn']}</td><td>{p['ok']} / {p['requests']}</td>"
             f"<td>{_n(p.get('requests_per_s'), 2)}</td><td>{_n(p.get('output_tokens_per_s'), 1)}</td>"
+            f"<td>{_n(p.get('server_prompt_tokens_mean'))}</td>"
             + "".join(f"<td>{_n(d.get(k))}</td>" for d in (t, lat) for k in ("p50", "p90", "p99"))
             + f"<td class=l>{_e(_hits(p.get('cache')))}</td><td class=l>{_e(p.get('first_error') or '')}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>" if rows else "<p class=bad>No point was measured.</p>"
