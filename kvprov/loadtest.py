@@ -680,8 +680,8 @@ def run_conversations(ep: Endpoint, conversations: list[Conversation], s: Settin
                       on_point=None, phase: str = "sweep") -> list[dict]:
     """Run the conversations against one endpoint turn by turn (all users of a turn side by side, one
     thread each) and return one point per turn. A later phase (e.g. a replay after a restart) passes the
-    same conversations again. Stops early at `stop` (Ctrl-C raises KeyboardInterrupt, with the points of
-    the turns completed in `run_conversations.partial`)."""
+    same conversations again. Stops early at `stop` (a turn cut short is dropped); Ctrl-C raises
+    KeyboardInterrupt, after `on_point` has seen every completed point."""
     client = Client(ep, s.request_timeout)
     histories: list[list[dict]] = [[] for _ in conversations]
     points: list[dict] = []
@@ -708,9 +708,8 @@ def run_conversations(ep: Endpoint, conversations: list[Conversation], s: Settin
             while t.is_alive() and not stop.check():
                 t.join(0.1)
         seconds = time.monotonic() - start
-        for i, x in enumerate(samples):
-            if x is None:
-                samples[i] = {"ok": False, "error": "stopped at --duration before the answer completed"}
+        if any(x is None for x in samples):  # cut short by --duration: not a point (nor an engine error)
+            break
         for i, x in enumerate(samples):
             histories[i].append({"role": "assistant", "content": x.get("text") or ""})
         after, errs = read_counters(client, ep.metrics_urls)
