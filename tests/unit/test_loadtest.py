@@ -71,9 +71,10 @@ lmcache_mp_l2_usage_bytes{{l2_name="fs"}} 917504.0
 class StandIn:
     """An OpenAI-compatible streaming protocol stand-in on 127.0.0.1 (see the module doc)."""
 
-    def __init__(self, chat=True, max_model_len=4096, fail=False, token_delay=0.0, key=None, lmcache=True):
-        self.chat, self.max_model_len, self.fail, self.delay, self.key, self.lmcache = \
-            chat, max_model_len, fail, token_delay, key, lmcache
+    def __init__(self, chat=True, max_model_len=4096, fail=False, token_delay=0.0, key=None, lmcache=True,
+                 vllm=True):
+        self.chat, self.max_model_len, self.fail, self.delay, self.key, self.lmcache, self.vllm = \
+            chat, max_model_len, fail, token_delay, key, lmcache, vllm
         self.seen: list[tuple[str, str, str | None]] = []  # (method, path, Authorization)
         self.prompts: list[list[str]] = []
         self.q = self.h = 0
@@ -105,7 +106,8 @@ class StandIn:
                     with outer.lock:
                         v = dict(q=float(outer.q), h=float(outer.h), x=float(outer.h // 2),
                                  l1=float(outer.h // 4), l2=float(outer.h // 8))
-                    text = VLLM_METRICS.format(**v) + (LMCACHE_METRICS.format(**v) if outer.lmcache else "")
+                    text = (VLLM_METRICS.format(**v) if outer.vllm else "") + \
+                        (LMCACHE_METRICS.format(**v) if outer.lmcache else "")
                     return self.reply(200, text.encode(), "text/plain; version=0.0.4")
                 self.reply(404, {"error": "not found"})
 
@@ -366,6 +368,45 @@ def test_run_writes_json_png_and_html_and_later_turns_hit_the_prefix(standins, t
     assert r.returncode == 0, r.stderr
     page = (tmp_path / "cmp" / "compare.html").read_text()
     assert "before vs after" in page and (tmp_path / "cmp" / "compare.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_inventory_endpoints_with_the_key_the_lmcache_server_metrics_and_the_models_tokenizer(standins, tmp_path):
+    """The engine instance of an inventory (inventory/lab-engine.yml aimed at this machine): its
+    port, its LMCache server's metrics port and its API key from the desired state; the lab
+    model's tokenizer when the controller has it. The desired state is computed locally."""
+    key = tmp_path / "api-key"
+    key.write_text("sk-inventory-key\n")
+    key.chmod(0o600)
+    engine, server = standins(key="sk-inventory-key", lmcache=False), standins(vllm=False)
+    port, mport = (int(u.rsplit(":", 1)[1]) for u in (engine.url, server.url))
+    text = (ROOT / "inventory/lab-engine.yml").read_text().replace("ansible_host: 10.98.1.2", "ansible_host: 127.0.0.1")
+    text = text.replace("            kvprov_engine: lmcache_mp\n", f"""            kvprov_engine: lmcache_mp
+            kvprov_engine_api_key_file: {key}
+            kvprov_engine_instances:
+            - name: main
+              port: {port}
+              lmcache_port: 18000
+              metrics_port: {mport}
+""")
+    inv = tmp_path / "inv.yml"
+    inv.write_text(text)
+    out = tmp_path / "run"
+    r = kvprov("loadtest", str(inv), "--instances", "main", "--prompt-tokens", "64", "--turns", "2",
+               "--output-tokens", "4", "--turn-tokens", "16", "--out", str(out), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((out / "loadtest.json").read_text())
+    [ep] = doc["endpoints"]
+    assert (ep["name"], ep["url"], ep["engine"], ep["max_model_len_from"]) == \
+        ("kvlab-c1/main", engine.url, "lmcache_mp", "/v1/models")
+    assert ep["metrics_urls"] == [f"{engine.url}/metrics", f"{server.url}/metrics"]
+    assert all(a == "Bearer sk-inventory-key" for _, _, a in engine.seen)
+    assert [p for _, p, _ in server.seen] == ["/metrics"] * 4  # before and after each of the 2 points
+    assert doc["settings"]["source"] == "inventory" and len(doc["points"]) == 2
+    assert doc["points"][1]["cache"]["hit_tokens"]["vllm_prefix"] > 0 and not doc["points"][1]["metrics_errors"]
+    import importlib.util
+    if Path("/var/lib/kvprov/lab/models/tiny-qwen3/tokenizer.json").is_file() and importlib.util.find_spec("tokenizers"):
+        assert ep["tokenizer"]["exact"] and doc["points"][0]["new_tokens"] == [64]
+    assert "sk-inventory-key" not in (out / "loadtest.json").read_text() + r.stdout + r.stderr
 
 
 def test_a_down_endpoint_and_an_erroring_one_get_a_line_each_and_the_other_is_measured(standins, tmp_path):
