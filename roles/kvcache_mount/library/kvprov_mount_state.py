@@ -163,7 +163,7 @@ def main():
     dependents = active_dependents(module, module.params["unit"]) if diffs and module.params["unit"] else []
     module.exit_json(changed=False, mounted=True, source=live["source"], fstype=live["fstype"],
                      options=live["options"], differences=diffs, dependents=dependents,
-                     users=[f"{u['pid']} ({u['comm']}{', ' + u['unit'] if u['unit'] else ''})" for u in users],
+                     users=[f"{u['pid']} ({u['comm']})" + (f" of {u['unit']}" if u["unit"] else "") for u in users],
                      # users a stop of the dependents would not end
                      other_users=[f"{u['pid']} ({u['comm']})" for u in users if u["unit"] not in dependents])
 
