@@ -18,6 +18,11 @@ Writes DIR/loadtest.json, loadtest.png and loadtest.html (--out DIR); --compare 
 B.json ... overlays earlier runs instead (DIR/compare.png, compare.html). docs/loadtest.md
 describes the JSON.
 
+--replay (inventory only): after an endpoint's sweep (which warms its caches), its engine
+units are restarted through the inventory, so the GPU and host tiers are empty, and the
+same conversations run again: the replay's first turns can only hit the storage tier. The
+JSON's "replay" rows give the storage hits and TTFT p50 of the cold run against the replay.
+
 Exit 0: every endpoint measured without an error; 1: an endpoint was down, answered
 errors or is not OpenAI-compatible (one line each; the others are still measured);
 2: usage error, a prompt longer than the model's context (refused before any request) or
@@ -68,6 +73,8 @@ class Endpoint:
     model_path: str | None = None  # where its tokenizer files may be (inventory) or --tokenizer
     api: str | None = None  # "chat" or "completions"
     problem: str | None = None  # why it cannot be (or was not fully) measured
+    host: str | None = None  # the inventory host (restarts for --replay)
+    units: list[str] = field(default_factory=list)  # its engine units, in start order
 
     def public(self) -> dict:
         return {"name": self.name, "url": self.url, "engine": self.engine, "model": self.model,
@@ -162,6 +169,7 @@ def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instanc
                 metrics.append(f"http://{_host_in_url(address if _is_loopback(address) else reach)}:"
                                f"{inst['metrics_port']}/metrics")
             ep = Endpoint(name=name, url=base, metrics_urls=metrics, engine=engine["name"], problem=problem,
+                          host=host, units=list(inst.get("units") or filter(None, [inst.get("unit")])),
                           max_model_len=limit or None, max_model_len_from="kvprov_vllm_max_model_len" if limit else "",
                           model_path=tokenizer or v.get("kvprov_engine_model_path"))
             if key_file and not problem:
@@ -632,6 +640,29 @@ class Settings:
     api: str = "auto"
     seed: str = "0"
     ignore_eos: bool = True
+    replay: bool = False
+    restart_timeout: float = 900.0
+
+
+# Cache sources that are the storage tier (docs/loadtest.md): what a replay after a restart hits.
+STORAGE_SOURCES = ("lmcache_l2", "vllm_cached_disk", "sglang_storage")
+
+
+def replay_rows(points: list[dict]) -> list[dict]:
+    """Per endpoint and prompt length: the cold run's first turn against the replay's first
+    turn after the restart (GPU and host tiers empty), and what the storage tier served."""
+    cold = {(p["instance"], p["prompt_tokens"]): p for p in points if p["phase"] == "sweep" and p["turn"] == 1}
+    rows = []
+    for p in points:
+        if p["phase"] != "replay" or p["turn"] != 1 or (p["instance"], p["prompt_tokens"]) not in cold:
+            continue
+        c = cold[p["instance"], p["prompt_tokens"]]
+        hits = (p["cache"] or {}).get("hit_tokens", {})
+        rows.append({"instance": p["instance"], "prompt_tokens": p["prompt_tokens"],
+                     "storage_hit_tokens": sum(hits.get(s, 0.0) for s in STORAGE_SOURCES),
+                     "hit_tokens": hits, "cold_ttft_ms_p50": c["ttft_ms"]["p50"],
+                     "replay_ttft_ms_p50": p["ttft_ms"]["p50"]})
+    return rows
 
 
 class Stop:
@@ -731,12 +762,14 @@ def run_conversations(ep: Endpoint, conversations: list[Conversation], s: Settin
     return points
 
 
-def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, TokenCounter]) -> dict:
-    """The sweep over every measurable endpoint; returns the result document (points so far when
+def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, TokenCounter],
+        restart=None) -> dict:
+    """The sweep over every measurable endpoint, and with s.replay the restart (`restart(ep)`)
+    and replay of the same conversations; returns the result document (points so far when
     interrupted: result['stopped'] == 'interrupted')."""
     stop = Stop(s.duration)
     live = [ep for ep in endpoints if not ep.problem]
-    total = len(live) * len(s.prompt_tokens) * s.turns
+    total = len(live) * len(s.prompt_tokens) * s.turns * (2 if s.replay else 1)
     result = {"points": [], "planned_points": total, "stopped": None}
     done = [0]
     t0 = time.monotonic()
@@ -745,7 +778,7 @@ def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, To
         done[0] += 1
         result["points"].append(p)
         ttft = p["ttft_ms"]["p50"]
-        progress(f"[{done[0]}/{total}] {p['instance']} {p['prompt_tokens']} tokens, turn {p['turn']}/{s.turns}: "
+        progress(f"[{done[0]}/{total}] {p['instance']} {p['phase']} {p['prompt_tokens']} tokens, turn {p['turn']}/{s.turns}: "
                  f"{p['ok']}/{p['requests']} ok, {p['requests_per_s'] or 0:.2f} req/s, "
                  f"{p['output_tokens_per_s'] or 0:.1f} output tok/s, TTFT p50 "
                  + (f"{ttft:.0f} ms" if ttft is not None else "-")
@@ -763,6 +796,18 @@ def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, To
                 if points and points[0]["ok"] == 0:
                     ep.problem = f"every request failed: {points[0]['first_error']}"
                     break
+            if s.replay and not ep.problem and not stop.check():
+                progress(f"{ep.name}: restarting {', '.join(ep.units)} on {ep.host} (GPU and host tiers emptied)")
+                try:
+                    restart(ep)
+                except EndpointError as e:
+                    ep.problem = f"restart for the replay: {e}"
+                    continue
+                for n in s.prompt_tokens:
+                    if stop.check():
+                        break
+                    convs = make_conversations(counter, n, s.users, s.turns, s.turn_tokens, f"{s.seed}/{ep.name}")
+                    run_conversations(ep, convs, s, stop, on_point, phase="replay")
     except KeyboardInterrupt:
         stop.reason = "interrupted"
     result["stopped"] = stop.reason
@@ -820,9 +865,34 @@ def add_parser(sub) -> None:
     p.add_argument("--label", help="the run's name in charts and --compare (default: the time)")
     p.add_argument("--out", metavar="DIR", help="where loadtest.json/.png/.html go (default loadtest-<time>)")
     p.add_argument("--json", metavar="F", help="also write the JSON to F")
+    p.add_argument("--replay", action="store_true",
+                   help="(inventory) after each endpoint's sweep, restart its engine units and replay the same "
+                        "conversations: what comes back from the storage tier, and TTFT cold vs replayed")
+    p.add_argument("--restart-timeout", type=_positive(float), default=900, metavar="S",
+                   help="with --replay: how long an engine may take to answer again after its restart (900)")
     p.add_argument("--compare", nargs="+", metavar="RUN.json",
                    help="no load: overlay these earlier runs into DIR/compare.png and compare.html")
     p.set_defaults(func=cmd_loadtest)
+
+
+def restart_engine(inventory: str, ep: Endpoint, timeout: float, probe_timeout: float) -> None:
+    """Restart the endpoint's engine units on its host (playbooks/restart.yml) and wait until it
+    answers /v1/models again; EndpointError when it does not."""
+    from kvprov import runner
+
+    result = runner.run("restart.yml", inventory, name="loadtest-restart", limit=ep.host, stream=sys.stderr,
+                        extravars={"kvprov_restart_units": ep.units})
+    if result.failures or result.rc != 0:
+        raise EndpointError("; ".join(f.message for f in result.failures) or f"ansible-playbook exited {result.rc}")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            probe(ep, probe_timeout)
+            return
+        except EndpointError as e:
+            if time.monotonic() > deadline:
+                raise EndpointError(f"not answering {timeout:g} s after the restart: {e}") from None
+        time.sleep(2)
 
 
 def _progress(line: str) -> None:
@@ -848,11 +918,14 @@ def cmd_loadtest(args) -> int:
         raise KvprovError("give an INVENTORY or --url URL (not both)", EXIT_USAGE)
     if args.api_key_file and not args.url:
         raise KvprovError("--api-key-file goes with --url (the inventory names its own key file)", EXIT_USAGE)
+    if args.url and args.replay:
+        raise KvprovError("--replay restarts the engines through the inventory: not with --url", EXIT_USAGE)
     if args.url and (args.limit or args.instances):
         raise KvprovError("--limit and --instances select inventory instances: not with --url", EXIT_USAGE)
     s = Settings(prompt_tokens=sorted(set(args.prompt_tokens)), turns=args.turns, users=args.users,
                  output_tokens=args.output_tokens, turn_tokens=args.turn_tokens, duration=args.duration,
-                 request_timeout=args.request_timeout, api=args.api,
+                 request_timeout=args.request_timeout, api=args.api, replay=args.replay,
+                 restart_timeout=args.restart_timeout,
                  seed=args.seed if args.seed is not None else f"{random.getrandbits(32):08x}")
     out = Path(args.out or f"loadtest-{_stamp()}")
     started = datetime.now(timezone.utc)
@@ -893,8 +966,11 @@ def cmd_loadtest(args) -> int:
     for ep in live:
         _progress(f"{ep.name}: model {ep.model}, {ep.api} API, tokens {counters[ep.name].note}")
 
-    result = run(endpoints, s, _progress, counters) if live else {"points": [], "planned_points": 0,
-                                                                    "stopped": None}
+    def restart(ep: Endpoint) -> None:
+        restart_engine(args.inventory, ep, s.restart_timeout, probe_timeout)
+
+    result = run(endpoints, s, _progress, counters, restart) if live else {"points": [], "planned_points": 0,
+                                                                             "stopped": None}
     for ep in live:  # a later failure (every request of a turn failed)
         if ep.problem:
             print(f"kvprov loadtest: {ep.name} ({ep.url}): {ep.problem}", file=sys.stderr)
@@ -921,11 +997,13 @@ def cmd_loadtest(args) -> int:
            "settings": {"prompt_tokens": s.prompt_tokens, "turns": s.turns, "users": s.users,
                         "output_tokens": s.output_tokens, "turn_tokens": s.turn_tokens, "duration_s": s.duration,
                         "request_timeout_s": s.request_timeout, "api": s.api, "seed": s.seed,
-                        "ignore_eos": s.ignore_eos, "source": "inventory" if args.inventory else "url",
+                        "ignore_eos": s.ignore_eos, "replay": s.replay,
+                        "source": "inventory" if args.inventory else "url",
                         "inventory": args.inventory},
            "endpoints": [{**ep.public(), "tokenizer": counters[ep.name].describe()} for ep in endpoints],
            "planned_points": result["planned_points"], "done_points": len(result["points"]),
-           "stopped": result["stopped"], "exit_code": code, "points": result["points"]}
+           "stopped": result["stopped"], "exit_code": code, "points": result["points"],
+           "replay": replay_rows(result["points"])}
     try:
         paths = report.write_run(doc, out, args.json)
     except KeyboardInterrupt:  # a second Ctrl-C while writing: finish writing anyway

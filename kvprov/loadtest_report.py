@@ -272,6 +272,20 @@ def _points_table(doc: dict) -> str:
     return f"<table>{head}{''.join(rows)}</table>" if rows else "<p class=bad>No point was measured.</p>"
 
 
+def _replay_table(doc: dict) -> str:
+    """After the restart (GPU and host tiers empty): what the storage tier served on the first
+    turn, and TTFT p50 of the cold first turn against the replayed one."""
+    rows = [f"<tr{'' if r['storage_hit_tokens'] else ' class=err'}><td class=l>{_e(r['instance'])}</td>"
+            f"<td>{r['prompt_tokens']}</td><td>{_n(r['storage_hit_tokens'])}</td>"
+            f"<td>{_n(r['cold_ttft_ms_p50'])}</td><td>{_n(r['replay_ttft_ms_p50'])}</td></tr>"
+            for r in doc.get("replay") or []]
+    if not rows:
+        return ""
+    return ("<h2>Replay after a restart (GPU and host tiers empty; first turn)</h2><table><tr><th class=l>instance</th>"
+            "<th>prompt tokens</th><th>tokens from the storage tier</th><th>TTFT p50 cold (ms)</th>"
+            f"<th>TTFT p50 replayed (ms)</th></tr>{''.join(rows)}</table>")
+
+
 def _settings_line(doc: dict) -> str:
     s = doc.get("settings", {})
     return (f"prompt lengths {', '.join(map(str, s.get('prompt_tokens', [])))} tokens · {s.get('turns')} turns of "
@@ -294,7 +308,7 @@ def run_html(doc: dict, png: bytes) -> str:
             f"<style>{STYLE}</style></head><body><h1>kvprov loadtest: {_e(doc['label'])}</h1>"
             f"<p class=meta>{_e(doc.get('started'))} → {_e(doc.get('finished'))} ({_n(doc.get('seconds'), 1)} s) · "
             f"{_e(_status_line(doc))}<br>{_e(_settings_line(doc))}</p>"
-            f"{_img(png)}<h2>Endpoints</h2>{_endpoints_table(doc)}"
+            f"{_img(png)}<h2>Endpoints</h2>{_endpoints_table(doc)}{_replay_table(doc)}"
             f"<h2>Points (instance × prompt length × turn; times in ms)</h2>{_points_table(doc)}"
             "<p class=meta>TTFT: time to the first streamed token; latency: to the end of the answer. Cache hits: "
             "the growth of the engine's own counters over the point (vLLM prefix and external caches, vLLM cached "

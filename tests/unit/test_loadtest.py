@@ -303,7 +303,9 @@ def test_endpoints_from_the_inventory(tmp_path):
                    "kvprov_vllm_max_model_len": 8192, "kvprov_engine_model_path": "/models/q"},
              "b": {"ansible_host": "10.0.0.6", "kvprov_engine_host": "127.0.0.1"},
              "c": {"ansible_host": "fd00::7", "kvprov_engine_host": "10.1.0.7", "kvprov_engine_api_key_file": "/nope"}}
-    inst = [{"name": "main", "port": 8000, "metrics_port": 19000}, {"name": "two", "port": 8001, "metrics_port": 19001}]
+    inst = [{"name": "main", "port": 8000, "metrics_port": 19000,
+             "units": ["kvprov-lmcache-main.service", "kvprov-vllm-main.service"]},
+            {"name": "two", "port": 8001, "metrics_port": 19001}]
     states = {"a": {"engine": {"name": "lmcache_mp", "instances": inst}},
               "b": {"engine": {"name": "sglang_hicache", "instances": [{"name": "main", "port": 30000}]}},
               "c": {"engine": {"name": "vllm_offload", "instances": [{"name": "main", "port": 8000}]}}}
@@ -313,6 +315,7 @@ def test_endpoints_from_the_inventory(tmp_path):
                                                                    "http://10.0.0.5:19000/metrics"]
     assert a.api_key == "sk-secret-123" and "sk-secret" not in repr(a) and "sk-secret" not in json.dumps(a.public())
     assert (a.max_model_len, a.model_path, a.engine) == (8192, "/models/q", "lmcache_mp")
+    assert (a.host, a.units) == ("a", ["kvprov-lmcache-main.service", "kvprov-vllm-main.service"])
     assert "listens on 127.0.0.1 only" in eps["b/main"].problem and eps["b/main"].max_model_len is None
     assert eps["c/main"].url == "http://10.1.0.7:8000" and "cannot read the API key file /nope" in eps["c/main"].problem
     assert [e.name for e in lt.inventory_endpoints(hosts, states, ["two"])] == ["a/two"]
@@ -465,7 +468,8 @@ def test_a_prompt_over_the_context_is_refused_before_any_request(standins, tmp_p
 def test_usage_errors_exit_2(standins, tmp_path):
     for args in ([], ["inv.yml", "--url", "http://h:1"], ["--url", "http://h:1", "--prompt-tokens", "0"],
                  ["--url", "http://h:1", "--instances", "main"], ["--compare", str(tmp_path / "none.json")],
-                 ["--url", "http://h:1", "--api-key-file", str(tmp_path / "none")]):
+                 ["--url", "http://h:1", "--api-key-file", str(tmp_path / "none")],
+                 ["--url", "http://h:1", "--replay"]):
         assert cli.main(["loadtest", *args]) == 2, args  # in-process: the same entry point, faster
 
 
@@ -509,3 +513,18 @@ def test_report_of_a_run_without_points_still_renders(tmp_path):
     paths = rep.write_run(doc, tmp_path)
     assert [p.name for p in paths] == ["loadtest.json", "loadtest.png", "loadtest.html"]
     assert "No point was measured" in (tmp_path / "loadtest.html").read_text()
+
+
+def test_replay_rows_compare_the_cold_first_turn_with_the_replayed_one_and_count_storage_hits():
+    def point(phase, length, turn, ttft, hits):
+        return {"phase": phase, "instance": "h/main", "prompt_tokens": length, "turn": turn,
+                "ttft_ms": {"p50": ttft}, "cache": {"hit_tokens": hits}}
+    points = [point("sweep", 256, 1, 90.0, {}), point("sweep", 256, 2, 40.0, {"vllm_prefix": 256.0}),
+              point("replay", 256, 1, 50.0, {"lmcache_l2": 256.0, "lmcache_l1": 0.0}),
+              point("replay", 256, 2, 30.0, {"vllm_prefix": 300.0}),
+              point("sweep", 1024, 1, 200.0, {}), point("replay", 1024, 1, 210.0, {"vllm_prefix": 16.0})]
+    assert lt.replay_rows(points) == [
+        {"instance": "h/main", "prompt_tokens": 256, "storage_hit_tokens": 256.0,
+         "hit_tokens": {"lmcache_l2": 256.0, "lmcache_l1": 0.0}, "cold_ttft_ms_p50": 90.0, "replay_ttft_ms_p50": 50.0},
+        {"instance": "h/main", "prompt_tokens": 1024, "storage_hit_tokens": 0.0,
+         "hit_tokens": {"vllm_prefix": 16.0}, "cold_ttft_ms_p50": 200.0, "replay_ttft_ms_p50": 210.0}]
