@@ -895,6 +895,60 @@ def restart_engine(inventory: str, ep: Endpoint, timeout: float, probe_timeout: 
         time.sleep(2)
 
 
+# ---------------------------------------------------------------------------- validate --engine-roundtrip
+
+ROUNDTRIP = Settings(prompt_tokens=[1024], turns=1, users=1, output_tokens=4, duration=1800, replay=True,
+                     seed="kvprov-roundtrip")  # 1024 tokens: several LMCache chunks / vLLM blocks
+
+
+def roundtrip_result(ep: Endpoint, points: list[dict]):
+    """validate's engine.<instance>.roundtrip: a restarted engine (GPU and host tiers empty)
+    serves the warmed prefix from the storage tier."""
+    from kvprov.validate.result import FAIL, PASS, Result
+
+    instance = ep.name.split("/", 1)[-1]
+    expected = "after a restart (GPU and host tiers empty) the engine serves a stored prefix from the storage tier"
+    fix = (f"look at the engine's log (journalctl -u {' -u '.join(ep.units)}) and its storage directory "
+           f"(engine.{instance}.storage_dir)")
+    rows = replay_rows(points)
+    if ep.problem or not rows:
+        return Result(f"engine.{instance}.roundtrip", "engine", FAIL, expected,
+                      ep.problem or "the warm-up or the replay did not complete", fix, ep.host or ep.name)
+    row = rows[0]
+    times = f"TTFT p50 cold {row['cold_ttft_ms_p50'] or 0:.0f} ms, after the restart {row['replay_ttft_ms_p50'] or 0:.0f} ms"
+    if row["storage_hit_tokens"] > 0:
+        return Result(f"engine.{instance}.roundtrip", "engine", PASS, expected,
+                      f"{row['storage_hit_tokens']:.0f} of the replayed prompt's tokens came from the storage tier; "
+                      f"{times}", "", ep.host or ep.name)
+    stored = sum((p.get("cache") or {}).get("counters", {}).get("lmcache_mp_l2_store_completed_objects_chunks", 0)
+                 for p in points if p["phase"] == "sweep")
+    why = ("the warm-up stored nothing in the storage tier (lmcache_mp_l2_store_completed_objects_chunks did not grow)"
+           if ep.engine == "lmcache_mp" and not stored else "no prompt token came from the storage tier after the restart")
+    return Result(f"engine.{instance}.roundtrip", "engine", FAIL, expected, f"{why}; hits {row['hit_tokens']}; {times}",
+                  fix, ep.host or ep.name)
+
+
+def roundtrip(inventory: str, limit: str | None) -> list:
+    """`kvprov validate --engine-roundtrip`: per engine instance, a one-conversation warm-up, a
+    restart of its units and a replay (the same path as `kvprov loadtest --replay`)."""
+    results = []
+    for ep in load_inventory_endpoints(inventory, limit, None, None):
+        points: list[dict] = []
+        if not ep.problem:
+            try:
+                probe(ep, 30)
+                ep.api = choose_api(ep, 30, ROUNDTRIP.api)
+            except EndpointError as e:
+                ep.problem = str(e)
+        if not ep.problem:
+            _progress(f"{ep.name}: engine round trip (warm-up, restart, replay)")
+            counter = TokenCounter(ep.model_path)
+            points = run([ep], ROUNDTRIP, _progress, {ep.name: counter},
+                         lambda e: restart_engine(inventory, e, ROUNDTRIP.restart_timeout, 30))["points"]
+        results.append(roundtrip_result(ep, points))
+    return results
+
+
 def _progress(line: str) -> None:
     print(f"loadtest: {line}", file=sys.stderr, flush=True)
 

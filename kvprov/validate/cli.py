@@ -39,6 +39,10 @@ def add_parser(sub) -> None:
                    help="with --bundle: judge each bundle against the desired state recomputed from INV (contacts "
                         "no host), not the bundle's own desired.json; bundle.desired fails where the two disagree")
     p.add_argument("--no-bench", action="store_true", help="skip the throughput acceptance test (with INVENTORY)")
+    p.add_argument("--engine-roundtrip", action="store_true",
+                   help="(with INVENTORY) per engine instance: warm one conversation, restart the engine's units "
+                        "and replay it; passes only when the prefix comes back from the storage tier (restarts "
+                        "the engines)")
     bench.add_arguments(p)
     p.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
     p.add_argument("--junit", metavar="F", help="also write JUnit XML to F (a testcase per check)")
@@ -48,6 +52,8 @@ def add_parser(sub) -> None:
 def cmd_validate(args) -> int:
     if args.inventory and args.bundle:
         raise KvprovError("give either an inventory or --bundle, not both", EXIT_USAGE)
+    if args.engine_roundtrip and not args.inventory:
+        raise KvprovError("--engine-roundtrip restarts live engines: give an INVENTORY", EXIT_USAGE)
     if args.bundle_inventory and not args.bundle:
         raise KvprovError("--inventory goes with --bundle (to validate the live hosts: kvprov validate INVENTORY)",
                           EXIT_USAGE)
@@ -89,6 +95,10 @@ def cmd_validate(args) -> int:
         bench_results, bench_run = bench.run(args.inventory, hosts, args.together, bench.overrides(args))
         results += bench_results
         unreachable += bench_run.unreachable
+    if args.engine_roundtrip and args.bundle:
+        from kvprov import loadtest
+
+        results += loadtest.roundtrip(args.inventory, ",".join(sorted(Path(b).name for b in args.bundle)))
     results += [summarize(rs) for rs in report.by_host(results).values()]
     report.write_reports(args, results)
     if unusable == len(args.bundle):

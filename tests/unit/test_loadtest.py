@@ -528,3 +528,24 @@ def test_replay_rows_compare_the_cold_first_turn_with_the_replayed_one_and_count
          "hit_tokens": {"lmcache_l2": 256.0, "lmcache_l1": 0.0}, "cold_ttft_ms_p50": 90.0, "replay_ttft_ms_p50": 50.0},
         {"instance": "h/main", "prompt_tokens": 1024, "storage_hit_tokens": 0.0,
          "hit_tokens": {"vllm_prefix": 16.0}, "cold_ttft_ms_p50": 200.0, "replay_ttft_ms_p50": 210.0}]
+
+
+def test_engine_roundtrip_passes_only_when_the_storage_tier_serves_the_replay():
+    ep = lt.Endpoint(name="h/main", url="http://h:8000", engine="lmcache_mp", host="h",
+                     units=["kvprov-lmcache-main.service", "kvprov-vllm-main.service"])
+
+    def points(stored, l2):
+        return [{"phase": "sweep", "instance": "h/main", "prompt_tokens": 1024, "turn": 1, "ttft_ms": {"p50": 400.0},
+                 "cache": {"hit_tokens": {}, "counters": {"lmcache_mp_l2_store_completed_objects_chunks": stored}}},
+                {"phase": "replay", "instance": "h/main", "prompt_tokens": 1024, "turn": 1, "ttft_ms": {"p50": 150.0},
+                 "cache": {"hit_tokens": {"lmcache_l2": l2}, "counters": {}}}]
+
+    ok = lt.roundtrip_result(ep, points(4, 1024.0))
+    assert (ok.id, ok.status, ok.host) == ("engine.main.roundtrip", "pass", "h")
+    assert ok.found.startswith("1024 of the replayed prompt's tokens came from the storage tier; TTFT p50 cold 400 ms")
+    bad = lt.roundtrip_result(ep, points(0, 0.0))
+    assert bad.status == "fail" and bad.found.startswith("the warm-up stored nothing in the storage tier")
+    assert "journalctl -u kvprov-lmcache-main.service -u kvprov-vllm-main.service" in bad.fix
+    ep.problem = "not answering 900 s after the restart: connection refused"
+    down = lt.roundtrip_result(ep, [])
+    assert down.status == "fail" and down.found == ep.problem
