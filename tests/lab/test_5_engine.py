@@ -28,8 +28,6 @@ INST_DIR = f"/srv/kvcache/{HOST}/main"
 SERVER, VLLM = "kvprov-lmcache-main.service", "kvprov-vllm-main.service"
 VLLM_UNIT = f"/etc/systemd/system/{VLLM}"
 API_KEY = "kvprov-lab-key-0123456789abcdef"  # deployed from a root-only file on the controller
-# A prompt well above LMCache's 256-token chunk, the same every time.
-PROMPT = " ".join(f"kvprov lab sentence {i} about caching pages of keys and values." for i in range(60))
 
 
 def sh(command, timeout=120):
@@ -52,11 +50,6 @@ def http(path, body=None, port=8000, timeout=120, key=API_KEY, status=200):
     return r.stdout
 
 
-def counter(text, name):
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name) and not line.startswith("#"))
-
-
 def wait_healthy(deadline=300):
     end = time.monotonic() + deadline
     while time.monotonic() < end:
@@ -68,14 +61,9 @@ def wait_healthy(deadline=300):
                                                                          "-n 60 --no-pager", timeout=30).stdout)
 
 
-def complete():
-    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 4, "temperature": 0}
-    return json.loads(http("/v1/completions", body))
-
-
-def validate(inv, tmp_path):
+def validate(inv, tmp_path, *args):
     out = tmp_path / "validate.json"
-    r = kvprov("validate", str(inv), "--no-bench", "--json", str(out), timeout=600)
+    r = kvprov("validate", str(inv), "--no-bench", "--json", str(out), *args, timeout=1500)
     data = json.loads(out.read_text())
     return r, {x["id"]: x for x in data["hosts"][HOST]["results"]}
 
@@ -91,8 +79,11 @@ def engine(lab, tmp_path_factory):
     key.write_text(API_KEY + "\n")
     key.chmod(0o600)
     inv = d / "lab-engine.yml"
+    # With the key, the API listens beyond loopback: the controller's loadtest reaches it (and
+    # the LMCache server's metrics, allowed for the controller's side of the container link).
     inv.write_text(inventory.render_engine(INDEX).replace(
-        "kvprov_engine: lmcache_mp\n", f"kvprov_engine: lmcache_mp\n            kvprov_engine_api_key_file: {key}\n"))
+        "kvprov_engine: lmcache_mp\n", f"kvprov_engine: lmcache_mp\n            kvprov_engine_api_key_file: {key}\n"
+        f"            kvprov_engine_host: 0.0.0.0\n            kvprov_lmcache_mp_metrics_allow: [10.98.{INDEX}.1/32]\n"))
     out = d / "deploy.json"
     r = kvprov("deploy", str(inv), "--json", str(out), timeout=1800)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
@@ -128,41 +119,59 @@ def test_the_api_key_is_required_and_kept_out_of_units_logs_and_bundles(engine, 
     assert texts and not any(API_KEY in text for text in texts)
 
 
-def test_validate_passes_every_engine_check(engine, tmp_path):
+def test_loadtest_later_turns_hit_the_prefix_and_a_replay_after_restart_is_served_from_l2(engine, tmp_path):
+    """The serving benchmark on the real engine: a sweep (2 lengths x 3 turns x 2 users), then
+    both units restarted (every tier above L2 empty) and the same conversations replayed."""
     inv, _ = engine
-    r, results = validate(inv, tmp_path)
+    r = kvprov("loadtest", str(inv), "--prompt-tokens", "256,1024", "--turns", "3", "--users", "2",
+               "--output-tokens", "8", "--replay", "--out", str(tmp_path), "--label", "lab", timeout=1500)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run = json.loads((tmp_path / "loadtest.json").read_text())
+    [endpoint] = run["endpoints"]
+    assert (endpoint["name"], endpoint["model"], endpoint["problem"]) == (f"{HOST}/main", "tiny", None)
+    assert endpoint["tokenizer"]["exact"] is True
+    assert run["done_points"] == run["planned_points"] == 12 and run["stopped"] is None
+    points = {(p["phase"], p["prompt_tokens"], p["turn"]): p for p in run["points"]}
+    for point in points.values():
+        assert point["ok"] == 2 and point["errors"] == 0 and point["ttft_ms"]["p50"] > 0, point
+        assert point["output_tokens"] == 16 and point["cache"] is not None, point
+    for length in (256, 1024):  # a later turn repeats the earlier turns' prefix: served from a cache
+        assert sum(points["sweep", length, 3]["cache"]["hit_tokens"].values()) > 0, points["sweep", length, 3]
+    files = int(sh(f"find {INST_DIR} -type f -name '*.data' | wc -l"))
+    assert files > 0, sh(f"ls -la {INST_DIR}")
+    replay = {row["prompt_tokens"]: row for row in run["replay"]}
+    print(f"L2 chunk files: {files}; replay after restart: {replay}")
+    for length in (256, 1024):  # after the restart only L2 (files on the KV directory) holds the prefix
+        row = replay[length]
+        assert row["storage_hit_tokens"] > 0 and row["hit_tokens"].get("vllm_external", 0) > 0, row
+    assert (tmp_path / "loadtest.png").stat().st_size > 10_000
+    html = (tmp_path / "loadtest.html").read_text()
+    assert "data:image/png;base64," in html and "Replay after a restart" in html
+    assert API_KEY not in r.stdout + r.stderr + (tmp_path / "loadtest.json").read_text()
+
+
+def test_validate_passes_every_engine_check_and_the_engine_round_trip(engine, tmp_path):
+    inv, _ = engine
+    r, results = validate(inv, tmp_path, "--engine-roundtrip")
     engine_checks = {k: v for k, v in results.items() if k.startswith("engine.main.")}
     assert {k: v["status"] for k, v in engine_checks.items()} == {
-        f"engine.main.{s}": "pass" for s in ("unit", "state", "storage_env", "storage_dir", "health", "cache")}, r.stdout
+        f"engine.main.{s}": "pass" for s in ("unit", "state", "storage_env", "storage_dir", "health", "cache",
+                                              "roundtrip")}, r.stdout
+    assert "came from the storage tier" in results["engine.main.roundtrip"]["found"]
     assert r.returncode == 0, r.stdout[-4000:]
     assert "the running process" in results["engine.main.unit"]["found"]
     assert results["engine.main.storage_env"]["found"] == f"{INST_DIR} (--l2-adapter fs, the running process)"
 
 
-def test_prefix_is_stored_as_files_and_served_from_l2_after_both_units_restart(engine):
-    complete()
-    complete()
-    files = sh(f"find {INST_DIR} -type f -name '*.data' | wc -l").strip()
-    assert int(files) > 0, sh(f"ls -la {INST_DIR}")
-    sh(f"systemctl restart {SERVER}", timeout=120)  # Requires= restarts vLLM with it: every tier above L2 empty
-    wait_healthy()
-    before = http("/metrics", port=19000)
-    assert counter(before, "lmcache_mp_lookup_hit_l2_tokens_total") == 0
-    complete()
-    server, vllm = http("/metrics", port=19000), http("/metrics")
-    l2 = counter(server, "lmcache_mp_lookup_hit_l2_tokens_total")
-    external = counter(vllm, "vllm:external_prefix_cache_hits_total")
-    print(f"L2 chunk files: {files}; after restart: L2 hit tokens {l2:g}, vLLM external hits {external:g}")
-    assert l2 > 0 and external > 0, (server, vllm)
-
-
 def test_validate_catches_an_unwritable_l2_directory(engine, tmp_path):
     inv, _ = engine
     sh(f"chown root:root {INST_DIR} && chmod 0700 {INST_DIR}")
-    r, results = validate(inv, tmp_path)
+    r, results = validate(inv, tmp_path, "--engine-roundtrip")
     found = results["engine.main.storage_dir"]
     assert r.returncode == 1 and found["status"] == "fail"
     assert f"is not writable by kvprov-engine" in found["found"] and "chown kvprov-engine" in found["fix"]
+    roundtrip = results["engine.main.roundtrip"]  # the warm-up could store nothing: nothing to serve after a restart
+    assert roundtrip["status"] == "fail" and "stored nothing in the storage tier" in roundtrip["found"], roundtrip
     r = kvprov("deploy", str(inv), "--tags", "engine", timeout=900)
     assert r.returncode == 0 and sh(f"stat -c '%U %a' {INST_DIR}").split() == ["kvprov-engine", "750"]
 
