@@ -13,11 +13,10 @@ import base64
 import html
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from kvprov.errors import EXIT_ENVIRONMENT, EXIT_USAGE, KvprovError
+from kvprov.validate.report import write_file
 
 JSON_NAME, PNG_NAME, HTML_NAME = "loadtest.json", "loadtest.png", "loadtest.html"
 MODE = 0o644  # results name hosts and URLs, never a key; people open them in a browser as themselves
@@ -26,20 +25,12 @@ MODE = 0o644  # results name hosts and URLs, never a key; people open them in a 
 # ---------------------------------------------------------------------------- files
 
 def _write(path: Path, data: bytes) -> None:
-    """Atomically: a temporary file beside the target, then renamed over it."""
+    """Atomically (kvprov.validate.report.write_file), creating the directory."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as e:
         raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            os.fchmod(fh.fileno(), MODE)
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
+    write_file(str(path), data, MODE)
 
 
 def load_run(path: str) -> dict:

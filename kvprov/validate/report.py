@@ -124,7 +124,7 @@ def to_junit(results: list[Result], name: str = "kvprov validate") -> str:
 
 # ---------------------------------------------------------------------------- writing them
 
-def write_file(path: str, text: str, mode: int = 0o600) -> None:
+def write_file(path: str, text: str | bytes, mode: int = 0o600) -> None:
     """Write a report atomically (readers such as node_exporter never see half of it): a new
     file in the target's directory, flushed to disk, then renamed over it. Reports name hosts
     and paths: 0600 unless the reader needs more (the Prometheus textfile: 0644)."""
@@ -134,8 +134,8 @@ def write_file(path: str, text: str, mode: int = 0o600) -> None:
     except OSError as e:
         raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode() if isinstance(text, str) else text)
             fh.flush()
             os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
