@@ -21,6 +21,7 @@ pytestmark = pytest.mark.lab
 
 GPU1 = ("127.0.0.1", 2221)
 C1 = ("10.98.1.2", 22)
+MNT = "/mnt/kvcache"
 STORAGE = ("127.0.0.1", 2220)
 TOML = "/etc/kvprov/nixl_backend_config.toml"
 HOST_LOCK = "/run/kvprov/deploy.lock"
@@ -172,13 +173,15 @@ def test_links_planted_on_the_volume_where_probe_and_bench_write_touch_nothing_o
     sh(GPU1, f"mkdir -p {victim} && echo keep > {victim}/file && chmod 0644 {victim}/file")
     listing = f"find {victim} -printf '%p %s %m %u %T@\\n' | sort"
     before = sh(GPU1, listing)
-    sh(STORAGE, f"rm -rf /kv/.kvprov-kvlab-gpu1 && ln -s {victim} /kv/.kvprov-kvlab-gpu1 && "
-                f"mv /kv/kvlab-gpu1 /kv/kvlab-gpu1.kvprov-test && ln -s {victim} /kv/kvlab-gpu1")
+    # Planted through the mount itself, as a peer would (a change made on the server directly
+    # reaches this client only when its NFS attribute cache expires).
+    sh(GPU1, f"cd {MNT} && rm -rf .kvprov-kvlab-gpu1 && ln -s {victim} .kvprov-kvlab-gpu1 && "
+             f"mv kvlab-gpu1 kvlab-gpu1.kvprov-test && ln -s {victim} kvlab-gpu1")
     try:
         r = kvprov("validate", lab["inventory"], "--limit", "kvlab-gpu1", "--bench-seconds", "3",
                    "--json", str(tmp_path / "validate.json"), timeout=900)
     finally:
-        sh(STORAGE, "rm -f /kv/.kvprov-kvlab-gpu1 /kv/kvlab-gpu1 && mv /kv/kvlab-gpu1.kvprov-test /kv/kvlab-gpu1")
+        sh(GPU1, f"cd {MNT} && rm -f .kvprov-kvlab-gpu1 kvlab-gpu1 && mv kvlab-gpu1.kvprov-test kvlab-gpu1")
     after = sh(GPU1, listing)
     sh(GPU1, f"rm -rf {victim}")
     assert after == before, f"a planted link was followed:\n{before}\n---\n{after}"
