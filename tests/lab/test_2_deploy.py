@@ -157,9 +157,21 @@ def test_changed_mount_option_needs_allow_remount_and_an_idle_mount(deployed, la
     finally:
         sh(GPU1, "systemctl stop kvprov-test-busy")
 
-    r, _ = deploy(changed, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert live_mount().opts["rsize"] == "131072"
+    # A running unit that requires the mount (as the engines do) would be restarted with it:
+    # refused by name, unless --stop-engines, which stops it, remounts and starts it again.
+    unit = "kvprov-test-dependent.service"
+    sh(GPU1, f"printf '[Unit]\\nRequiresMountsFor={MNT}\\n[Service]\\nExecStart=/bin/sleep 600\\n' "
+             f"> /etc/systemd/system/{unit} && systemctl daemon-reload && systemctl start {unit}")
+    try:
+        r, _ = deploy(changed, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
+        assert r.returncode == 1 and f"which are running: {unit}" in r.stdout and "--stop-engines" in r.stdout, r.stdout
+        assert live_mount().opts["rsize"] == "262144"
+        r, _ = deploy(changed, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount", "--stop-engines")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert live_mount().opts["rsize"] == "131072"
+        assert sh(GPU1, f"systemctl is-active {unit}").strip() == "active"  # started again after the remount
+    finally:
+        sh(GPU1, f"systemctl stop {unit}; rm -f /etc/systemd/system/{unit}; systemctl daemon-reload")
     # and back to the lab's settings
     r, _ = deploy(lab["inventory"], "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
     assert r.returncode == 0, r.stdout + r.stderr
