@@ -169,7 +169,7 @@ def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instanc
                 metrics.append(f"http://{_host_in_url(address if _is_loopback(address) else reach)}:"
                                f"{inst['metrics_port']}/metrics")
             ep = Endpoint(name=name, url=base, metrics_urls=metrics, engine=engine["name"], problem=problem,
-                          host=host, units=list(inst.get("units") or filter(None, [inst.get("unit")])),
+                          host=host, units=list(inst.get("units", [])),
                           max_model_len=limit or None, max_model_len_from="kvprov_vllm_max_model_len" if limit else "",
                           model_path=tokenizer or v.get("kvprov_engine_model_path"))
             if key_file and not problem:
