@@ -21,7 +21,7 @@ import time
 from kvprov import check, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from kvprov.validate import report
-from kvprov.validate.result import FAIL, PASS, SKIP, Result, summarize
+from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result, summarize
 
 CAPTURE_TASK = "Report the acceptance test"
 MiB = 1 << 20
@@ -78,22 +78,44 @@ def judge(host: str, report_: dict) -> list[Result]:
     return out
 
 
+MAX_SKEW = 0.1  # --together: the hosts' passes may begin at most this share of the aggregate's span apart
+
+
 def aggregate(reports: dict[str, dict]) -> list[Result]:
-    """All hosts started together: total bytes over the span from the first start to the last end."""
-    runs = [(r["start"], r["write"], r["read"]) for rep in reports.values()
-            for r in [rep.get("result") or {}] if r.get("ok")]
-    if len(runs) < 2:
+    """All hosts started together: total bytes over the span from the first start to the last
+    end. It fails when a host that should have taken part did not complete (the figure would
+    be a smaller fleet's), and warns when the hosts' passes began further apart than MAX_SKEW
+    of the span (they did not really run together: the figure understates the storage)."""
+    measured = {h: rep.get("result") or {} for h, rep in reports.items()}
+    measured = {h: r for h, r in measured.items() if not r.get("skipped")}  # no file plugin: nothing to add
+    if len(measured) < 2:
         return []
+    failed = sorted(h for h, r in measured.items() if not r.get("ok"))
+    runs = [(r["start"], r["write"], r["read"]) for r in measured.values() if r.get("ok")]
     out = []
     for op in ("write", "read"):
+        expected = f"{len(measured)} hosts started together"
+        if failed:
+            out.append(Result(f"bench.aggregate.{op}", "bench", FAIL, expected,
+                              f"{len(runs)} of {len(measured)} hosts completed ({', '.join(failed)} did not): no "
+                              "aggregate of the fleet", "see those hosts' bench.run", "(all hosts)"))
+            continue
         begin = [s if op == "write" else s + w["seconds"] for s, w, _ in runs]
         end = [s + w["seconds"] + (rd["seconds"] if op == "read" else 0) for s, w, rd in runs]
         total = sum((w if op == "write" else rd)["bytes"] for _, w, rd in runs)
         span = max(end) - min(begin)
         skew = max(s for s, _, _ in runs) - min(s for s, _, _ in runs)
-        out.append(Result(f"bench.aggregate.{op}", "bench", PASS, f"{len(runs)} hosts started together",
-                          f"{total / span / 1e9:.3f} GB/s ({total / MiB:.0f} MiB in {span:.2f} s; start skew "
-                          f"{skew * 1000:.0f} ms)", "", "(all hosts)"))
+        found = (f"{total / span / 1e9:.3f} GB/s ({total / MiB:.0f} MiB in {span:.2f} s; start skew "
+                 f"{skew * 1000:.0f} ms)")
+        spread = max(begin) - min(begin)
+        if spread > MAX_SKEW * span:
+            out.append(Result(f"bench.aggregate.{op}", "bench", WARN, expected,
+                              f"{found}: the {op}s began {spread * 1000:.0f} ms apart, more than {MAX_SKEW:.0%} of "
+                              "the span, so the hosts did not run together and the figure understates the storage",
+                              "synchronise the hosts' clocks (chrony), or raise kvprov_bench_files or "
+                              "--bench-seconds so each pass runs longer", "(all hosts)"))
+            continue
+        out.append(Result(f"bench.aggregate.{op}", "bench", PASS, expected, found, "", "(all hosts)"))
     return out
 
 

@@ -58,13 +58,44 @@ def test_a_pass_that_moved_no_file_fails():
 
 
 def test_aggregate_over_hosts_started_together():
-    a, b = host_result(1.0, 2.0, start=1000.0), host_result(1.0, 2.0, start=1000.05)
+    a, b = host_result(1.0, 2.0, start=1000.0), host_result(1.0, 2.0, start=1000.01)
     rs = {r.id: r for r in bench.aggregate({"a": report(a), "b": report(b)})}
     w = rs["bench.aggregate.write"]
-    # 2 x 288 MiB written between 1000.0 and 1000.05 + 0.302 s
-    assert w.found.startswith(f"{2 * 288 * MiB / (0.05 + 288 * MiB / 1e9) / 1e9:.3f} GB/s")
-    assert "start skew 50 ms" in w.found and w.host == "(all hosts)"
+    # 2 x 288 MiB written between 1000.0 and 1000.01 + 0.302 s
+    assert w.found.startswith(f"{2 * 288 * MiB / (0.01 + 288 * MiB / 1e9) / 1e9:.3f} GB/s")
+    assert "start skew 10 ms" in w.found and w.host == "(all hosts)"
+    assert w.status == rs["bench.aggregate.read"].status == "pass" and w.expected == "2 hosts started together"
     assert bench.aggregate({"a": report(a)}) == []  # one host: no aggregate
+
+
+def test_aggregate_fails_when_a_host_did_not_complete():
+    a, b, c = host_result(start=1000.0), host_result(start=1000.0), host_result(ok=False)
+    rs = {r.id: r for r in bench.aggregate({"a": report(a), "b": report(b), "c": report(c)})}
+    assert [r.status for r in rs.values()] == ["fail", "fail"]
+    assert rs["bench.aggregate.read"].found == "2 of 3 hosts completed (c did not): no aggregate of the fleet"
+    assert rs["bench.aggregate.write"].expected == "3 hosts started together"
+    # two hosts, one failed: still judged (it used to report nothing)
+    assert [r.status for r in bench.aggregate({"a": report(a), "c": report(c)})] == ["fail", "fail"]
+
+
+def test_aggregate_skips_hosts_without_a_file_plugin():
+    a, b = host_result(start=1000.0), host_result(start=1000.0)
+    skipped = {"skipped": "the active NIXL plugin is OBJ: no file on the mount"}
+    rs = bench.aggregate({"a": report(a), "b": report(b), "s": report(skipped)})
+    assert [(r.status, r.expected) for r in rs] == [("pass", "2 hosts started together")] * 2
+    assert bench.aggregate({"a": report(a), "s": report(skipped)}) == []
+
+
+def test_aggregate_warns_when_the_hosts_did_not_start_together():
+    a, b = host_result(start=1000.0), host_result(start=1000.5)  # half a second late on 0.2 s passes
+    rs = {r.id: r for r in bench.aggregate({"a": report(a), "b": report(b)})}
+    w = rs["bench.aggregate.write"]
+    assert w.status == "warn" and "start skew 500 ms" in w.found
+    assert "the writes began 500 ms apart" in w.found and "did not run together" in w.found and "chrony" in w.fix
+    # a host whose write is slower begins its reads later: the reads did not overlap either
+    slow = host_result(gbps_w=0.2, start=1000.0)
+    r = {r.id: r for r in bench.aggregate({"a": report(host_result(start=1000.0)), "b": report(slow)})}
+    assert r["bench.aggregate.write"].status == "pass" and r["bench.aggregate.read"].status == "warn"
 
 
 def test_kv_page_file_sizes():
