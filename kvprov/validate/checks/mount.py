@@ -80,10 +80,14 @@ def mount_options(c: Context) -> Result:
         return res(FAIL, expected, show("; ".join(diffs), 400),
                   f"{c.deploy('kvcache_mount', ' --allow-remount')}: NFS transport options change only with an "
                   "unmount (`mount -o remount` ignores them); stop what uses the mount first")
-    opts = live["options"]
-    shown = [k if v is True else f"{k}={v}" for k, v in opts.items()
-             if k in mount_state.KERNEL_VALUES or k in mount_state.KERNEL_FLAGS]
-    return res(PASS, expected, show(",".join(shown), 300))
+    shown = ",".join(k if v is True else f"{k}={v}" for k, v in live["options"].items())
+    warnings = mount_state.warnings(live, list(c.d.mount_options))
+    if warnings:
+        return res(WARN, expected, show(f"{shown}; " + "; ".join(warnings), 500),
+                  "an option nobody asked for stays until the next remount: add it to "
+                  "kvprov_storage_extra_options if it is wanted, else remount "
+                  f"(`systemctl restart {c.d.mount_unit}` once nothing uses the mount)")
+    return res(PASS, expected, show(shown, 300))
 
 
 @check("mount.nfs_version")
@@ -239,34 +243,36 @@ def mount_unit(c: Context) -> Result:
     state = ""
     if c.b.exists(bf.systemctl_file(unit)):
         state = c.show_unit(unit).get("UnitFileState", "")
-        if state != "enabled":
+        if not parsers.enabled_at_boot(state):
             problems.append(f"UnitFileState={show(state) or 'unknown'}: not mounted at boot "
                             f"(`systemctl enable {unit}`)")
     if problems:
         return res(FAIL, expected, show("; ".join(problems), 500),
                   f"{fix} (add --allow-remount when the live mount differs)")
-    warn = _fstab_duplicate(c)
+    warn, warn_fix = _fstab_duplicate(c)
     found = f"What={show(what)} Options={show(options, 200)}" + (f" UnitFileState={state}" if state else "")
     if warn:
-        return res(WARN, expected, f"{found}; {warn}",
-                  f"remove that line from /etc/fstab: kvprov manages the mount as {unit}")
+        return res(WARN, expected, f"{found}; {warn}", warn_fix)
     return res(PASS, expected, found)
 
 
-def _fstab_duplicate(c: Context) -> str:
+def _fstab_duplicate(c: Context) -> tuple[str, str]:
+    """A warning about /etc/fstab and its fix: ("", "") when it does not mount the KV mount
+    point too. Unreadable is not "no duplicate"."""
     name = bf.live_file("/etc/fstab")
-    if not c.b.exists(name):
-        return ""
     try:
         text = c.b.text(name)
-    except FileProblem:
-        return ""
+    except FileProblem as e:
+        if e.missing and name not in c.b.collector_notes():
+            return "", ""  # the host has no /etc/fstab
+        return f"/etc/fstab could not be checked for a second mount of {c.d.mount_point}: {e.reason}", e.fix
     for line in text.splitlines():
         fields = line.split()
         if len(fields) >= 2 and not fields[0].startswith("#") and \
                 posixpath.normpath(mount_state.unescape(fields[1])) == posixpath.normpath(c.d.mount_point):
-            return f"/etc/fstab also mounts {show(fields[0])} on {c.d.mount_point}"
-    return ""
+            return (f"/etc/fstab also mounts {show(fields[0])} on {c.d.mount_point}",
+                    f"remove that line from /etc/fstab: kvprov manages the mount as {c.d.mount_unit}")
+    return "", ""
 
 
 @check("mount.local_dir")

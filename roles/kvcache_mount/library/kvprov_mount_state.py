@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 """Ansible module: the live state of a mount point, compared with the desired one.
 
-Reads /proc/self/mountinfo (never stat()s the mount, which could hang on a hard NFS
-mount that lost its server) and scans /proc for processes using the mount.
+Every desired option the kernel shows in mountinfo is compared, in the kernel's spelling
+and with its defaults (the tables below); live options nobody asked for, and desired
+options the kernel does not show, are warnings. Reads /proc/self/mountinfo (never stat()s
+the mount, which could hang on a hard NFS mount that lost its server) and scans /proc for
+processes using the mount.
 """
 
 from __future__ import annotations
@@ -19,15 +22,39 @@ options:
 
 import os
 
-# Options only mount(8)/systemd read; the kernel never shows them in mountinfo.
-USERSPACE_OPTIONS = ("_netdev", "auto", "noauto", "nofail", "defaults", "user", "nouser", "users")
-# Flags the kernel reports for NFS and that we can therefore compare.
-KERNEL_FLAGS = {"hard": "soft", "soft": "hard"}
-# key=value options whose live value the kernel reports for NFS.
-KERNEL_VALUES = ("vers", "proto", "port", "rsize", "wsize", "nconnect", "max_connect", "timeo",
-                 "retrans", "sec", "write", "lookupcache", "local_lock")
-# Values the kernel leaves out of mountinfo when they are its default.
-KERNEL_DEFAULTS = {"port": "2049"}
+# ---- Mount options in the kernel's spelling. The one place kvprov knows how the kernel
+# (fs/nfs/super.c nfs_show_mount_options, fs/proc_namespace.c) reports mount options in
+# /proc/self/mountinfo: deploy (this module, run on the host: stdlib only) and validate,
+# audit and the testinfra checks (which load this file through kvprov.validate.parsers)
+# compare the live mount with these tables.
+
+# Options only mount(8), mount.nfs or systemd read; the kernel never shows them.
+USERSPACE_OPTIONS = ("_netdev", "auto", "noauto", "nofail", "defaults", "user", "nouser", "users", "owner", "group",
+                     "bg", "fg", "retry", "sloppy", "comment")
+# Flags of which the kernel always shows exactly one (when none shows, the first is the default).
+FLAG_CHOICES = (("hard", "soft", "softerr"), ("rw", "ro"), ("relatime", "noatime"))
+# Flags the kernel shows while set, with the opposite spelling that asks for its default (never shown).
+SHOWN_FLAGS = {"nocto": "cto", "noac": "ac", "nolock": "lock", "noacl": "acl", "nordirplus": "rdirplus",
+               "nosharecache": "sharecache", "noresvport": "resvport", "trunkdiscovery": "notrunkdiscovery",
+               "fsc": "nofsc", "migration": "nomigration", "softreval": "nosoftreval", "posix": "noposix",
+               "sync": "async", "dirsync": "", "lazytime": "nolazytime", "nosuid": "suid", "nodev": "dev",
+               "noexec": "exec", "nodiratime": "diratime"}
+DEFAULT_FLAGS = {default: flag for flag, default in SHOWN_FLAGS.items() if default}
+# key=value options the kernel shows, with the value it leaves out of mountinfo (its default), if any.
+KERNEL_VALUES = {"vers": None, "proto": None, "port": "2049", "rsize": None, "wsize": None, "bsize": None,
+                 "nconnect": None, "max_connect": "1", "timeo": None, "retrans": None, "sec": None,
+                 "clientaddr": None, "addr": None, "local_lock": None, "xprtsec": "none", "fsc": None,
+                 "write": "lazy", "lookupcache": "all",
+                 "acregmin": "3", "acregmax": "60", "acdirmin": "30", "acdirmax": "60"}
+# Another spelling mount.nfs accepts for an option, in the kernel's: key -> key, value -> value.
+KEY_ALIASES = {"nfsvers": "vers"}
+VALUE_ALIASES = {"lookupcache": {"positive": "pos"}}
+# Options that stand for others: the flag spelling of proto=, actimeo= (all four attribute
+# cache times) and noac (which also zeroes them).
+_ACTIMES = ("acregmin", "acregmax", "acdirmin", "acdirmax")
+# What the kernel shows by itself on every NFS mount, asked for or not.
+ALWAYS_SHOWN = ("vers", "rsize", "wsize", "namlen", "hard", "proto", "port", "timeo", "retrans", "sec",
+                "clientaddr", "local_lock", "addr", "rw", "relatime", "seclabel")
 
 
 def unescape(field: str) -> str:
@@ -70,25 +97,100 @@ def parse_mountinfo(text: str, path: str) -> dict | None:
     return found
 
 
+def _canonical(key: str, value: str) -> str:
+    """A value in the kernel's spelling (proto=rdma6 on an IPv6 mount is proto=rdma)."""
+    if key == "proto":
+        return value.removesuffix("6")
+    return VALUE_ALIASES.get(key, {}).get(value, value)
+
+
+def split_desired(desired: list) -> list:
+    """The desired options one by one (an item may hold several, comma-separated)."""
+    return [o.strip() for item in desired for o in str(item).split(",") if o.strip()]
+
+
+def expectations(option: str) -> dict | None:
+    """What mountinfo shows for one desired option, in the kernel's spelling:
+    {key: value (a str), True (the flag is shown) or None (nothing is shown under key)};
+    {} for options only userspace reads; None for an option kvprov does not know."""
+    key, sep, value = option.partition("=")
+    key = KEY_ALIASES.get(key, key)
+    if key in USERSPACE_OPTIONS or key.startswith("x-"):
+        return {}
+    if not sep:
+        if key in ("rdma", "tcp", "udp"):
+            return {"proto": key}
+        if key == "noac":
+            return {"noac": True, **{k: "0" for k in _ACTIMES}}
+        if key in SHOWN_FLAGS or any(key in group for group in FLAG_CHOICES):
+            return {key: True}
+        if key in DEFAULT_FLAGS:
+            return {DEFAULT_FLAGS[key]: None}
+        return None
+    if key == "actimeo":
+        return {k: value for k in _ACTIMES}
+    if key in KERNEL_VALUES:
+        return {key: _canonical(key, value)}
+    return None
+
+
+def _live(opts: dict, key: str) -> str:
+    """How the live mount shows `key`: its value, the flag of its group that is set, its
+    default when the kernel leaves it out, or "absent"."""
+    value = opts.get(key)
+    if value is True:
+        return key
+    if value is not None:
+        return _canonical(key, value)
+    for group in FLAG_CHOICES:
+        if key in group:
+            return next((flag for flag in group if flag in opts), "absent")
+    return KERNEL_VALUES.get(key) or "absent"
+
+
 def differences(live: dict, source: str, desired: list) -> list:
-    """Human-readable differences between a live mount and the desired source/options."""
+    """Human-readable differences between a live mount and the desired source/options:
+    every option the kernel shows is compared (see uncompared() for the others)."""
     diffs = []
     if source and live["source"] != source:
         diffs.append(f"source: live {live['source']}, want {source}")
     opts = live["options"]
-    for item in desired:
-        key, sep, value = item.partition("=")
-        if key in USERSPACE_OPTIONS or key.startswith("x-"):
-            continue
-        if not sep:
-            if key in KERNEL_FLAGS and key not in opts:
-                diffs.append(f"{key}: live {KERNEL_FLAGS[key] if KERNEL_FLAGS[key] in opts else 'absent'}, "
-                             f"want {key}")
-            continue
-        live_value = str(opts.get(key, KERNEL_DEFAULTS.get(key, "absent")))
-        if key in KERNEL_VALUES and live_value != value:
-            diffs.append(f"{key}: live {live_value}, want {value}")
+    for option in split_desired(desired):
+        for key, want in (expectations(option) or {}).items():
+            via = f" ({option})" if key != option.partition("=")[0] and option != want else ""
+            if want is None:  # a default flag: its opposite must not be set
+                if key in opts:
+                    diffs.append(f"{option}: live {key}, want {option}")
+            elif want is True:
+                if key not in opts:
+                    diffs.append(f"{key}: live {_live(opts, key)}, want {key}")
+            elif _live(opts, key) != want:
+                diffs.append(f"{key}: live {_live(opts, key)}, want {want}{via}")
     return diffs
+
+
+def uncompared(desired: list) -> list:
+    """Desired options kvprov cannot compare with the live mount (the kernel's spelling of
+    them is not in the tables above)."""
+    return [o for o in split_desired(desired) if expectations(o) is None]
+
+
+def unasked(live: dict, desired: list) -> list:
+    """Live options that nobody asked for: neither desired nor shown by the kernel by itself
+    (a hand-made remount, or an option the inventory dropped without a remount)."""
+    asked = set(ALWAYS_SHOWN)
+    for option in split_desired(desired):
+        asked.update(expectations(option) or {})
+        asked.add(KEY_ALIASES.get(option.partition("=")[0], option.partition("=")[0]))
+    return [key if value is True else f"{key}={value}" for key, value in live["options"].items()
+            if key not in asked]
+
+
+def warnings(live: dict, desired: list) -> list:
+    """What deploy, validate and audit warn about: options nobody asked for, options that
+    cannot be compared."""
+    return ([f"{o}: live, but not among the desired options" for o in unasked(live, desired)]
+            + [f"{o}: not compared (kvprov does not know how the kernel shows it)" for o in uncompared(desired)])
 
 
 def open_users(path: str, proc: str = "/proc") -> list:
@@ -159,6 +261,8 @@ def main():
     if live is None:
         module.exit_json(changed=False, mounted=False, differences=[], users=[], dependents=[])
     diffs = differences(live, module.params["source"], module.params["options"])
+    for warning in warnings(live, module.params["options"]):
+        module.warn(f"{path}: {warning}")
     users = open_users(path) if diffs else []
     dependents = active_dependents(module, module.params["unit"]) if diffs and module.params["unit"] else []
     module.exit_json(changed=False, mounted=True, source=live["source"], fstype=live["fstype"],
