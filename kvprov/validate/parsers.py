@@ -9,6 +9,7 @@ exceptions on garbage into ParseError.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import json
 import re
 import shlex
@@ -129,7 +130,31 @@ def parse_rdma_link(text: str) -> list[RdmaLink]:
     return links
 
 
+def parse_ip_addr(text: str) -> dict[str, str]:
+    """`ip -o addr show`: address -> interface (`2: data0    inet 10.99.1.2/24 brd ... scope global data0`)."""
+    out = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 4 and words[0].endswith(":") and words[2] in ("inet", "inet6"):
+            try:
+                address = str(ipaddress.ip_interface(words[3]).ip)
+            except ValueError:
+                continue
+            out[address] = words[1].split("@")[0]
+    if not out and text.strip():
+        raise ParseError("no `N: IFACE inet ADDRESS/PREFIX ...` line of `ip -o addr show`")
+    return out
+
+
 # ---------------------------------------------------------------------------- systemd
+
+def enabled_at_boot(unit_file_state: str) -> bool:
+    """The one definition (validate, audit, the testinfra checks) of a unit that deploy enabled
+    and that systemd starts at boot: UnitFileState `enabled`. Not `enabled-runtime` (gone at
+    reboot), `static` (no [Install] section left), `generated` (made by a generator, e.g. from
+    an /etc/fstab line), `linked`, `alias`, `indirect`, `disabled` or `masked`."""
+    return unit_file_state == "enabled"
+
 
 _SHOW_KEY = re.compile(r"[A-Z][A-Za-z0-9]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

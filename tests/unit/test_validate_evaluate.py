@@ -294,7 +294,7 @@ def test_fstab_line_for_the_mount_point_is_a_warning():
 def test_rdma_links_down_or_absent_and_modules_empty():
     files = files_of("lab_gpu1")
     files[bf.RDMA_LINK] = b"link rxe_data0/1 state DOWN physical_state DISABLED netdev data0\n"
-    assert run(files)["rdma.link"].found == "rxe_data0/1 DOWN DISABLED"
+    assert run(files)["rdma.link"].found == "rxe_data0/1 DOWN DISABLED (data0)"
     files[bf.RDMA_LINK] = b""
     assert run(files)["rdma.link"].found == "`rdma link` lists no RDMA device"
     files[bf.MODULES] = b""
@@ -605,3 +605,85 @@ def test_collect_json_missing_or_for_another_host_is_a_warning():
     r = run(files)["bundle.collect"]
     assert r.status == WARN and r.found == "collect.json: missing from the bundle"
     assert run(files)["summary"].status == PASS
+
+
+# ---------------------------------------------------------------------------- failure paths (issue 14)
+
+def test_rpcrdma_must_be_live_not_loading_or_unloading():
+    files = files_of("lab_gpu1")
+    assert run(files)["rdma.module"].found == "rpcrdma (Live)"
+    for state in ("Loading", "Unloading"):
+        text = files_of("lab_gpu1")[bf.MODULES].decode()
+        line = next(x for x in text.splitlines() if x.startswith("rpcrdma "))
+        r = run(sub(files_of("lab_gpu1"), bf.MODULES, line, line.replace(" Live ", f" {state} ")))["rdma.module"]
+        assert r.status == FAIL and r.found.startswith(f"rpcrdma is {state}, not Live")
+
+
+def test_rdma_link_judges_the_port_that_carries_the_mount():
+    files = files_of("gpu_a01")  # the mount's clientaddr 192.168.10.101 is on ens1f0np0 (ip_addr.txt)
+    r = run(files)["rdma.link"]
+    assert r.status == PASS and r.found == "mlx5_0/1 ACTIVE (ens1f0np0)"
+    assert r.expected == "the RDMA port of ens1f0np0 (it holds the mount's address 192.168.10.101) ACTIVE"
+    # that port down while the others are ACTIVE: any ACTIVE port used to pass
+    sub(files, bf.RDMA_LINK, "mlx5_0/1 state ACTIVE physical_state LINK_UP", "mlx5_0/1 state DOWN physical_state DISABLED")
+    r = run(files)["rdma.link"]
+    assert r.status == FAIL and r.found.startswith("mlx5_0/1 DOWN DISABLED (ens1f0np0); other ports: mlx5_1/1 ACTIVE")
+
+
+def test_rdma_link_without_the_address_map_passes_only_when_every_port_is_active():
+    files = files_of("gpu_a01")
+    del files["ip_addr.txt"]  # a bundle of an older collector: which port carries the mount is unknown
+    r = run(files)["rdma.link"]
+    assert r.status == WARN and "the mount may use a port that is down" in r.found
+    assert r.expected.endswith("the capture has no ip_addr.txt)")
+    sub(files, bf.RDMA_LINK, "mlx5_2/1 state DOWN physical_state DISABLED", "mlx5_2/1 state ACTIVE physical_state LINK_UP")
+    assert run(files)["rdma.link"].status == PASS
+    files[bf.RDMA_LINK] = b"link mlx5_0/1 state DOWN physical_state DISABLED netdev ens1f0np0\n"
+    assert run(files)["rdma.link"].status == FAIL
+
+
+def test_an_unreadable_fstab_is_not_no_duplicate():
+    files = files_of("lab_gpu1")
+    files["files/etc/fstab"] = b"\x00\x01binary"
+    r = run(files)["mount.unit"]
+    assert r.status == WARN
+    assert "/etc/fstab could not be checked for a second mount of /mnt/kvcache: holds binary data" in r.found
+    del files["files/etc/fstab"]  # no fstab on the host, and the collector said nothing: nothing to check
+    assert run(files)["mount.unit"].status == PASS
+    files = edit_json(files, bf.COLLECT, lambda d: d.setdefault("errors", {}).update(
+        {"files/etc/fstab": "[Errno 13] Permission denied: '/etc/fstab'"}))
+    r = run(files)["mount.unit"]
+    assert r.status == WARN and "(the collector said: [Errno 13] Permission denied" in r.found
+
+
+def test_pnfs_layout_of_the_wrong_type_fails():
+    files = sub(files_of("gpu_a01"), bf.MOUNTSTATS, "pnfs=LAYOUT_NFSV4_1_FILES", "pnfs=LAYOUT_BLOCK_VOLUME")
+    r = run(files)["mount.pnfs_layout"]
+    assert r.status == FAIL and r.found == "pnfs=LAYOUT_BLOCK_VOLUME"
+    assert r.expected == "pnfs=LAYOUT_NFSV4_1_FILES (kvprov_storage_pnfs_layout: files)"
+    files = edit_json(files_of("lab_gpu1"), bf.DESIRED, lambda d: d["storage"].update(pnfs_layout="files"))
+    assert run(files)["mount.pnfs_layout"].found == "pnfs=LAYOUT_BLOCK_VOLUME"
+    assert run(files)["mount.pnfs_layout"].status == FAIL
+
+
+def test_cufile_allowing_compat_mode_fails_when_the_inventory_forbids_it():
+    files = edit_json(files_of("gpu_a01"), bf.CUFILE, lambda d: d["properties"].update(allow_compat_mode=True))
+    r = run(files)["gds.cufile_compat"]
+    assert (r.status, r.found) == (FAIL, "true")
+    assert r.expected == "properties.allow_compat_mode: false (a JSON boolean)"
+    allowed = edit_json(files, bf.DESIRED, lambda d: d["gds"].update(allow_compat_mode=True))
+    assert run(allowed)["gds.cufile_compat"].status == PASS
+    forbidden = edit_json(files_of("gpu_a01"), bf.DESIRED, lambda d: d["gds"].update(allow_compat_mode=True))
+    assert run(forbidden)["gds.cufile_compat"].found == "false"  # cufile.json forbids what the inventory allows
+    assert run(forbidden)["gds.cufile_compat"].status == FAIL
+
+
+def test_a_mount_that_lost_an_extra_option_fails_and_an_unasked_one_warns():
+    files = sub(files_of("gpu_a01"), bf.MOUNTINFO, ",local_lock=none,write=eager,", ",local_lock=none,")
+    r = run(files)["mount.options"]
+    assert r.status == FAIL and r.found == "write: live lazy, want eager"
+    assert run(files)["mount.unit"].found.startswith("live vs unit: write: live lazy, want eager")
+    files = sub(files_of("gpu_a01"), bf.MOUNTINFO, ",local_lock=none,", ",local_lock=none,nconnect=4,")
+    r = run(files)["mount.options"]
+    assert r.status == WARN and r.found.endswith("; nconnect=4: live, but not among the desired options")
+    assert "kvprov_storage_extra_options" in r.fix

@@ -1,11 +1,19 @@
-"""rdma.*: rpcrdma loaded and an ACTIVE RDMA link (storage profiles over RDMA)."""
+"""rdma.*: rpcrdma loaded (Live) and the RDMA link carrying the mount ACTIVE (storage
+profiles over RDMA)."""
 
 from __future__ import annotations
 
+import ipaddress
+
 from kvprov.validate import bundle as bf
 from kvprov.validate import parsers
+from kvprov.validate.bundle import FileProblem
 from kvprov.validate.context import Context, check
 from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result, res, show
+
+# `ip -o addr show`: which interface holds the mount's client address (the collector
+# captures it beside `rdma link`; older bundles lack it).
+IP_ADDR = "ip_addr.txt"
 
 
 def _rdma_skip(c: Context) -> Result | None:
@@ -22,8 +30,13 @@ def rdma_module(c: Context) -> Result:
     expected = "rpcrdma loaded (NFS over RDMA)"
     mods = c.parsed(bf.MODULES, parsers.parse_modules)
     for name in ("rpcrdma", "xprtrdma"):
+        if name in mods and mods[name] == "Live":
+            return res(PASS, expected, f"{name} (Live)")
         if name in mods:
-            return res(PASS, expected, f"{name} ({show(mods[name])})")
+            return res(FAIL, expected, f"{name} is {show(mods[name])}, not Live: it is being loaded or unloaded, "
+                                      "and a mount over RDMA fails meanwhile",
+                      "wait and collect again; if it stays so, a module load or unload hangs: see `dmesg` and "
+                      "`lsmod | grep rdma`, and reboot the host if `modprobe rpcrdma` cannot finish")
     if not mods:
         return res(WARN, expected, "/proc/modules is empty: a kernel without loadable modules (rpcrdma may be "
                                   "built in: look for /sys/module/rpcrdma)", "")
@@ -33,22 +46,55 @@ def rdma_module(c: Context) -> Result:
               "fails to load next to DOCA's ib_core, and mount.nfs then says \"incorrect mount option\"")
 
 
+def _mount_netdev(c: Context) -> tuple[str, str]:
+    """The mount's client address (mountinfo's clientaddr=) and the interface holding it
+    ("" for what the capture does not tell)."""
+    try:
+        live = c.live() if c.d.is_nfs else None
+    except FileProblem:  # mountinfo unusable: mount.present names it
+        live = None
+    addr = live["options"].get("clientaddr") if live else None
+    if not isinstance(addr, str) or not c.b.exists(IP_ADDR):
+        return (addr if isinstance(addr, str) else ""), ""
+    try:
+        addr = str(ipaddress.ip_address(addr))
+    except ValueError:
+        return addr, ""
+    return addr, c.parsed(IP_ADDR, parsers.parse_ip_addr).get(addr, "")
+
+
+def _listed(links: list) -> str:
+    return ", ".join(f"{show(x.name)} {show(x.state)}" + (f" {show(x.physical_state)}" if x.state != "ACTIVE" else "")
+                     + (f" ({show(x.netdev)})" if x.netdev else "") for x in links[:8])
+
+
 @check("rdma.link")
 def rdma_link(c: Context) -> Result:
     skip = _rdma_skip(c)
     if skip:
         return skip
-    expected = "at least one RDMA link in state ACTIVE"
     links = c.parsed(bf.RDMA_LINK, parsers.parse_rdma_link)
-    active = [link for link in links if link.state == "ACTIVE"]
-    if active:
-        return res(PASS, expected, ", ".join(f"{show(x.name)} ACTIVE" + (f" ({show(x.netdev)})" if x.netdev else "")
-                                            for x in active))
-    if links:
-        return res(FAIL, expected, "; ".join(f"{show(x.name)} {show(x.state)} {show(x.physical_state)}"
-                                            for x in links[:8]),
-                  "bring the RDMA port up: cable and switch port, `ibv_devinfo`, `ip link show NETDEV`; "
-                  "soft-RoCE (labs): `systemctl restart kvprov-soft-roce.service`")
-    return res(FAIL, expected, "`rdma link` lists no RDMA device",
-              "install rdma-core and the NIC's driver (mlx5_ib for ConnectX); labs: set "
-              "kvprov_rdma_soft_roce_netdevs")
+    if not links:
+        return res(FAIL, "an RDMA link in state ACTIVE", "`rdma link` lists no RDMA device",
+                  "install rdma-core and the NIC's driver (mlx5_ib for ConnectX); labs: set "
+                  "kvprov_rdma_soft_roce_netdevs")
+    addr, netdev = _mount_netdev(c)
+    carrying = [x for x in links if netdev and x.netdev == netdev]
+    fix = ("bring the RDMA port up: cable and switch port, `ibv_devinfo`, `ip link show NETDEV`; "
+           "soft-RoCE (labs): `systemctl restart kvprov-soft-roce.service`")
+    if carrying:
+        expected = f"the RDMA port of {netdev} (it holds the mount's address {addr}) ACTIVE"
+        if any(x.state == "ACTIVE" for x in carrying):
+            return res(PASS, expected, _listed(carrying))
+        return res(FAIL, expected, _listed(carrying) + (f"; other ports: {_listed([x for x in links if x not in carrying])}"
+                                                        if len(carrying) < len(links) else ""), fix)
+    expected = "every RDMA port ACTIVE (which one carries the mount is not known: " + (
+        f"no RDMA port of {netdev}, which holds the mount's address {addr})" if netdev else
+        f"the capture has no {IP_ADDR})" if addr else "the live mount shows no clientaddr=)")
+    down = [x for x in links if x.state != "ACTIVE"]
+    if not down:
+        return res(PASS, expected, _listed(links))
+    if len(down) == len(links):
+        return res(FAIL, expected, _listed(links), fix)
+    return res(WARN, expected, f"{_listed(links)}: the mount may use a port that is down",
+              f"{fix}; or collect again with a kvprov whose collector captures `ip -o addr` ({IP_ADDR})")
