@@ -90,11 +90,14 @@ def extra_files(c: Context, directory: str, managed: set[str]) -> Result:
 def unit_check(c: Context, want: bf.UnitWant) -> Result:
     expected = "enabled" + (", active" if want.active else "")
     show_unit = c.show_unit(want.unit)
-    if show_unit.get("LoadState") == "not-found":
-        return res(FAIL, expected, "not found", c.deploy("configure"))
+    load = show_unit.get("LoadState", "?")
+    if load != "loaded":
+        found = "not found: the unit file is gone" if load == "not-found" else \
+            f"LoadState={show(load)}: systemd cannot use the unit file (`systemd-analyze verify {want.unit}`)"
+        return res(FAIL, expected, found, c.deploy("configure"))
     state, active = show_unit.get("UnitFileState", "?"), show_unit.get("ActiveState", "?")
     problems = []
-    if want.enabled and state not in ("enabled", "static", "generated"):
+    if want.enabled and not parsers.enabled_at_boot(state):
         problems.append(f"UnitFileState={show(state)}")
     if want.active and active != "active":
         problems.append(f"ActiveState={show(active)} SubState={show(show_unit.get('SubState', '?'))}")

@@ -188,3 +188,71 @@ def test_a_secret_never_reaches_a_diff_or_report_but_the_difference_does(path, w
     rs = list(results.values())
     out = report.format_table(rs) + report.format_json(rs) + report.to_junit(rs)
     assert "S3-SECRET" not in out and "<redacted>" in out
+
+
+# ---------------------------------------------------------------------------- a GPU host (issue 14)
+
+GPU_UNIT = "kvprov-sglang-gpu0-3.service"
+
+
+def gpu_files() -> dict[str, str]:
+    """gpu_a01 (a GPU host: the gds role's cufile.json is managed there) as audit captures it. Its
+    packages.txt was captured for validate and lists only the MOFED and NFS packages: the
+    packages the roles install on top are added here."""
+    files = files_of("gpu_a01")
+    files[bf.PACKAGES] += "ibverbs-providers\t2404mlnx51\npython3-packaging\t21.3-1\nbuild-essential\t12.9ubuntu3\n" \
+                          "libssl-dev\t3.0.2-0ubuntu1.18\n"
+    return files
+
+
+def test_a_deployed_gpu_host_has_no_drift_and_audits_the_gds_files():
+    results = run(gpu_files())
+    assert not failed(results), {i: r.found for i, r in results.items() if r.status == "fail"}
+    assert not [i for i, r in results.items() if r.status == "warn"]
+    assert results["file:/etc/cufile.json"].status == "pass"  # not skipped: the host has a GPU
+    assert {f"unit:{GPU_UNIT}", "venv:/opt/kvprov/sglang:sglang", "storage_dir:gpu4-7"} <= set(results)
+
+
+def test_drifted_cufile_json_on_a_gpu_host_is_drift_with_its_diff():
+    files = gpu_files()
+    files["files/etc/cufile.json"] = files["files/etc/cufile.json"].replace('"allow_compat_mode": false',
+                                                                            '"allow_compat_mode": true')
+    results = run(files)
+    assert failed(results) == {"file:/etc/cufile.json"}
+    r = results["file:/etc/cufile.json"]
+    assert r.found == "2 line(s) differ" and '+    "allow_compat_mode": true,' in r.detail
+    assert r.fix == "kvprov deploy INVENTORY --limit gpu-a01.corp.example.com --tags gds"
+    del files["files/etc/cufile.json"]
+    assert run(files)["file:/etc/cufile.json"].status == "fail"  # gone from a GPU host: drift too
+
+
+def test_an_enabled_unit_that_should_run_but_is_stopped_is_drift():
+    files = gpu_files()
+    _set_unit(files, GPU_UNIT, ActiveState="inactive", SubState="dead")
+    results = run(files)
+    assert failed(results) == {f"unit:{GPU_UNIT}"}
+    r = results[f"unit:{GPU_UNIT}"]
+    assert (r.expected, r.found) == ("enabled, active", "ActiveState=inactive SubState=dead")
+
+
+@pytest.mark.parametrize("load, found", [
+    ("not-found", "not found: the unit file is gone"),
+    ("bad-setting", f"LoadState=bad-setting: systemd cannot use the unit file (`systemd-analyze verify {GPU_UNIT}`)"),
+    ("masked", f"LoadState=masked: systemd cannot use the unit file (`systemd-analyze verify {GPU_UNIT}`)"),
+])
+def test_a_unit_systemd_cannot_load_is_drift(load, found):
+    files = gpu_files()
+    _set_unit(files, GPU_UNIT, LoadState=load)
+    r = run(files)[f"unit:{GPU_UNIT}"]
+    assert (r.status, r.found) == ("fail", found)
+
+
+@pytest.mark.parametrize("state", ["enabled-runtime", "static", "generated", "linked", "disabled"])
+def test_only_enabled_counts_as_started_at_boot(state):
+    """One definition for audit, validate's mount.unit and the testinfra checks (parsers.enabled_at_boot)."""
+    files = gpu_files()
+    _set_unit(files, GPU_UNIT, UnitFileState=state)
+    _set_unit(files, "mnt-kvcache.mount", UnitFileState=state)
+    results = run(files)
+    assert failed(results) == {f"unit:{GPU_UNIT}", "unit:mnt-kvcache.mount", "mount.unit"}
+    assert results[f"unit:{GPU_UNIT}"].found == f"UnitFileState={state}"
