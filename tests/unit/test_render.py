@@ -68,3 +68,12 @@ def test_render_refuses_a_bad_inventory_before_anything(tmp_path):
     assert r.returncode == 2
     assert "kvprov_storage_nfs_port" in r.stderr and "no host was contacted" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_render_host_on_a_multi_host_inventory_writes_that_host_only(tmp_path):
+    """inventory/lab.yml has one GPU node, so --host is only proven on a fleet."""
+    host = "gpu-b01.corp.example.com"
+    files = render(tmp_path, PRODUCTION, "--host", host)
+    assert [p.name for p in tmp_path.iterdir()] == [host]
+    assert all(f.startswith(f"{tmp_path}/{host}/") for f in files)
+    assert f"{tmp_path}/{host}/etc/cufile.json" in files and len(files) >= 6
