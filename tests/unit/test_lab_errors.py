@@ -9,6 +9,16 @@ from kvprov.lab import lifecycle, topology
 from tests.conftest import kvprov
 
 
+@pytest.fixture(autouse=True)
+def lab_home(monkeypatch, tmp_path):
+    """Every test here, and every `kvprov lab` it starts, uses a lab home of its own: never the
+    real lab (/var/lib/kvprov/lab), which may be running."""
+    home = tmp_path / "lab-home"
+    monkeypatch.setenv("KVPROV_LAB_HOME", str(home))
+    assert topology.lab_home() == home
+    return home
+
+
 def test_not_root(monkeypatch):
     monkeypatch.setattr(lifecycle.os, "geteuid", lambda: 1000)
     with pytest.raises(KvprovError, match="needs root") as e:
@@ -40,9 +50,8 @@ def test_port_in_use_is_named(monkeypatch, tmp_path):
     assert e.value.exit_code == EXIT_ENVIRONMENT
 
 
-def test_host_that_never_answers_shows_its_console(monkeypatch, tmp_path):
-    monkeypatch.setenv("KVPROV_LAB_HOME", str(tmp_path))
-    console = tmp_path / "run/kvlab-x/console.log"
+def test_host_that_never_answers_shows_its_console(lab_home):
+    console = lab_home / "run/kvlab-x/console.log"
     console.parent.mkdir(parents=True)
     console.write_text("early boot\nKernel panic - not syncing: VFS: Unable to mount root fs\n")
     with socket.socket() as s:  # a closed port: bound, never accepting
@@ -55,10 +64,11 @@ def test_host_that_never_answers_shows_its_console(monkeypatch, tmp_path):
     assert "did not answer ssh" in str(e.value)
 
 
-def test_cli_rejects_bad_sizes_before_touching_anything(tmp_path):
+def test_cli_rejects_bad_sizes_before_touching_anything(lab_home):
     r = kvprov("lab", "up", "--clients", "0")
     assert r.returncode == EXIT_USAGE
     assert "--clients must be between 1 and 8" in r.stderr
+    assert not lab_home.exists()
 
 
 def test_cli_usage_error_exit_code():
