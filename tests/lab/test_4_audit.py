@@ -126,3 +126,34 @@ def test_unreachable_host_is_reported_not_fatal(lab, tmp_path):
     data = json.loads(out.read_text())
     assert data["hosts"]["kvlab-c2"]["results"][0]["id"] == "host.reachable"
     assert data["hosts"]["kvlab-c1"]["ok"] is True
+
+
+def test_a_mount_that_lost_an_extra_option_is_named_and_fixed(lab, tmp_path):
+    """Issue 14: an option of kvprov_storage_extra_options the kernel shows (write=eager) lost by a
+    remount by hand: audit names it, `audit --fix --allow-remount` remounts, the host audits clean."""
+    from kvprov.lab.inventory import GPU_VM_VARS
+
+    extra = [o for item in GPU_VM_VARS.get("kvprov_storage_extra_options", []) for o in item.split(",")]
+    if "write=eager" not in extra:
+        pytest.fail("the lab inventory asks for no write=eager: add kvprov_storage_extra_options: [write=eager] "
+                    "to GPU_VM_VARS in kvprov/lab/inventory.py (and regenerate inventory/lab.yml)")
+    sh(GPU1, "systemctl stop mnt-kvcache.mount && mount -t nfs4 -o "
+             "vers=4.1,proto=rdma,port=20049,rsize=262144,wsize=262144,hard,max_connect=16 10.99.1.1:/kv /mnt/kvcache")
+    try:
+        r, results = audit(lab, tmp_path, limit="kvlab-gpu1")
+        assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+        assert drift(results) == {("kvlab-gpu1", "mount.options"), ("kvlab-gpu1", "mount.unit")}, r.stdout[-4000:]
+        assert results[("kvlab-gpu1", "mount.options")]["found"] == "write: live lazy, want eager"
+
+        out = tmp_path / "fixed.json"
+        fix = kvprov("audit", lab["inventory"], "--limit", "kvlab-gpu1", "--fix", "--allow-remount",
+                     "--json", str(out), timeout=1200)
+        assert fix.returncode == 0, fix.stdout[-4000:] + fix.stderr[-3000:]
+        assert "kvlab-gpu1: 2 drifted -> 0 drifted" in fix.stdout
+    except BaseException:
+        sh(GPU1, "umount /mnt/kvcache; systemctl start mnt-kvcache.mount")  # leave the lab as deployed
+        raise
+    # the audit after the fix (what --json holds) is clean, and the live mount has the option again
+    after = {x["id"]: x for x in json.loads(out.read_text())["hosts"]["kvlab-gpu1"]["results"]}
+    assert not [i for i, x in after.items() if x["status"] != "pass" and x["status"] != "skip"], after
+    assert ",write=eager" in sh(GPU1, "grep ' /mnt/kvcache ' /proc/self/mountinfo")
