@@ -44,11 +44,12 @@ PROFILE_PROTOS = {"netapp_pnfs_rdma": ("rdma", "rdma6"), "nfs_tcp": ("tcp", "tcp
 NIXL_PLUGINS = ("gds_mt", "gds", "posix", "obj")
 INSTANCE_KEYS = ("name", "port", "cuda_visible_devices", "storage_dir", "lmcache_port", "metrics_port")
 LMCACHE_MP_INSTANCE_KEYS = ("lmcache_port", "metrics_port")
-ENGINES = ("sglang_hicache", "vllm_offload", "lmcache_mp", "lmcache_inproc")
+ENGINES = ("sglang_hicache", "vllm_offload", "lmcache_mp", "lmcache_inproc", "vllm_baseline")
+TIERLESS_ENGINES = ("vllm_baseline",)  # no KV tier: nothing of theirs reaches the KV mount
 # The variables only one engine reads (the vllm role's are read by the three vLLM engines).
 ENGINE_PREFIXES = {"sglang_hicache": ("kvprov_sglang_",), "vllm_offload": ("kvprov_vllm_offload_",),
                    "lmcache_mp": ("kvprov_lmcache_mp_",), "lmcache_inproc": ("kvprov_lmcache_inproc_",)}
-VLLM_ENGINES = ("vllm_offload", "lmcache_mp", "lmcache_inproc")
+VLLM_ENGINES = ("vllm_offload", "lmcache_mp", "lmcache_inproc", "vllm_baseline")
 # Names from before there was more than one engine: still honoured, with a warning.
 DEPRECATED = {f"kvprov_sglang_{k}": f"kvprov_engine_{k}"
               for k in ("instances", "install", "user", "home", "model_path", "host", "extra_args")}
@@ -1061,10 +1062,15 @@ def _other_engines_settings(h: HostView, engine: str) -> list[Problem]:
 
 
 def _instance_ports(h: HostView, engine: str, instances: list) -> list[Problem]:
-    """lmcache_mp's server ports: only for lmcache_mp, and no port used twice on the host."""
+    """lmcache_mp's server ports: only for lmcache_mp, and no port used twice on the host;
+    a storage_dir for an engine without a KV tier."""
     out, ports = [], []
     name = instances_var(h)
     for i, inst in enumerate(instances):
+        if isinstance(inst, dict) and "storage_dir" in inst and engine in TIERLESS_ENGINES:
+            out.append(h.problem(name, f"instance {inst.get('name')}: engine {engine} has no KV tier and never "
+                                       "reads storage_dir: it has no effect; remove it", i, "storage_dir",
+                                 severity="warning"))
         if not isinstance(inst, dict) or not is_int(inst.get("port")):
             continue
         for key in LMCACHE_MP_INSTANCE_KEYS:
@@ -1159,7 +1165,8 @@ def storage_dirs(h: HostView) -> list[StorageDir]:
     profile, mount = h.get("kvprov_storage_profile"), h.get("kvprov_storage_mount_point")
     name_var = instances_var(h)
     instances = h.get(name_var)
-    if profile is None or not isinstance(mount, str) or mount_point(mount) or not instances:
+    if (profile is None or not isinstance(mount, str) or mount_point(mount) or not instances
+            or h.get("kvprov_engine") in TIERLESS_ENGINES):
         return []
     server = str(h.get("kvprov_storage_server") or "").strip().lower()
     export = posixpath.normpath(h.get("kvprov_storage_export") or "/")

@@ -46,6 +46,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from kvprov.bench_worker import percentiles, rounded
+from kvprov.check import TIERLESS_ENGINES
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_USAGE, KvprovError
 
 FORMAT = 1
@@ -857,6 +858,9 @@ def add_parser(sub) -> None:
     p.add_argument("--duration", type=_positive(float), default=600, metavar="S",
                    help="stop after S seconds whatever is left (600)")
     p.add_argument("--request-timeout", type=_positive(float), default=300, metavar="S", help="per request (300)")
+    p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
+                   help="let answers end early (for servers that refuse vLLM's and SGLang's ignore_eos; output "
+                        "tokens/s then depends on where the model stops)")
     p.add_argument("--api", choices=("auto", "chat", "completions"), default="auto",
                    help="auto: chat when the server answers it, else completions")
     p.add_argument("--tokenizer", metavar="PATH", help="tokenizer.json or the model directory holding it "
@@ -931,8 +935,15 @@ def roundtrip_result(ep: Endpoint, points: list[dict]):
 def roundtrip(inventory: str, limit: str | None) -> list:
     """`kvprov validate --engine-roundtrip`: per engine instance, a one-conversation warm-up, a
     restart of its units and a replay (the same path as `kvprov loadtest --replay`)."""
+    from kvprov.validate.result import SKIP, Result
+
     results = []
     for ep in load_inventory_endpoints(inventory, limit, None, None):
+        if ep.engine in TIERLESS_ENGINES:
+            results.append(Result(f"engine.{ep.name.split('/', 1)[-1]}.roundtrip", "engine", SKIP, "",
+                                  f"engine {ep.engine} has no KV tier: nothing to serve from storage after a restart",
+                                  "", ep.host or ep.name))
+            continue
         points: list[dict] = []
         if not ep.problem:
             try:
@@ -978,7 +989,7 @@ def cmd_loadtest(args) -> int:
         raise KvprovError("--limit and --instances select inventory instances: not with --url", EXIT_USAGE)
     s = Settings(prompt_tokens=sorted(set(args.prompt_tokens)), turns=args.turns, users=args.users,
                  output_tokens=args.output_tokens, turn_tokens=args.turn_tokens, duration=args.duration,
-                 request_timeout=args.request_timeout, api=args.api, replay=args.replay,
+                 request_timeout=args.request_timeout, api=args.api, replay=args.replay, ignore_eos=args.ignore_eos,
                  restart_timeout=args.restart_timeout,
                  seed=args.seed if args.seed is not None else f"{random.getrandbits(32):08x}")
     out = Path(args.out or f"loadtest-{_stamp()}")

@@ -266,7 +266,7 @@ TRANSPORTS = ("rdma", "tcp", "none")
 GDS_MODES = ("auto", "required", "disabled")
 
 
-ENGINES = ("sglang_hicache", "vllm_offload", "lmcache_mp", "lmcache_inproc")
+ENGINES = ("sglang_hicache", "vllm_offload", "lmcache_mp", "lmcache_inproc", "vllm_baseline")
 
 
 @dataclass(frozen=True)
@@ -326,7 +326,7 @@ class Desired:
     nixl_config_path: str
     nixl_venv: str
     nixl_plugin: str  # the active [plugin.<name>] table, e.g. gds_mt, posix
-    engine: str  # sglang_hicache | vllm_offload | lmcache_mp | lmcache_inproc
+    engine: str  # sglang_hicache | vllm_offload | lmcache_mp | lmcache_inproc | vllm_baseline
     engine_user: str
     engine_install: bool
     engine_venv: str

@@ -389,7 +389,7 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
                                                  "backend": nixl["plugin"].upper(), "backend_ok": False,
                                                  "error": se.strip()[-500:] or f"exited {rc}"})
 
-    paths = {"": mp, **{i["name"]: i["storage_dir"] for i in engine["instances"]}}
+    paths = {"": mp, **{i["name"]: i["storage_dir"] for i in engine["instances"] if i["storage_dir"]}}  # "": no KV tier
     rc, so, se, to = run([sys.executable, "-c", STAT_PROBE, *paths.values()], timeout)
     stats = json.loads(so) if rc == 0 else {}
     entries = {}

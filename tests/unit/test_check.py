@@ -106,15 +106,16 @@ def test_good_inventories_pass(path):
     assert problems_of(path) == []
     r = kvprov("check", rel(path))
     assert r.returncode == EXIT_OK, r.stdout + r.stderr
-    assert r.stdout.splitlines() == [f"{rel(path)}: 7 host(s) checked, 0 error(s), 0 warning(s): OK"]
+    assert r.stdout.splitlines() == [f"{rel(path)}: 8 host(s) checked, 0 error(s), 0 warning(s): OK"]
 
 
 def test_production_example_is_what_it_claims():
-    """Two SGLang racks and a rack with a group per vLLM engine, a data LIF per host, GDS_MT active."""
+    """Two SGLang racks and a rack with a group per vLLM engine (and the baseline without a
+    tier), a data LIF per host, GDS_MT active."""
     inv = inventory.load(ROOT / "inventory/example.yml")
-    assert len({tuple(h.groups) for h in inv.hosts}) == 5
+    assert len({tuple(h.groups) for h in inv.hosts}) == 6
     assert {h.value("kvprov_engine") for h in inv.hosts} == {"sglang_hicache", "vllm_offload", "lmcache_mp",
-                                                               "lmcache_inproc"}
+                                                               "lmcache_inproc", "vllm_baseline"}
     servers = [h.value("kvprov_storage_server") for h in inv.hosts]
     assert len(set(servers)) == len(inv.hosts)
     for h in inv.hosts:
@@ -259,7 +260,7 @@ def test_json_output(tmp_path):
                     "variable": "kvprov_storage_nfs_port", "severity": "error", "column": None,
                     "message": 'expected an integer, got the string "20049": write 20049 without quotes'}
     good = json.loads(kvprov("check", rel(GOOD[0]), "--json").stdout)
-    assert good["ok"] is True and good["problems"] == [] and len(good["hosts"]) == 7
+    assert good["ok"] is True and good["problems"] == [] and len(good["hosts"]) == 8
 
 
 def test_unusable_inventories_exit_2_with_one_line(tmp_path):

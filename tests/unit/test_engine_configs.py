@@ -84,6 +84,7 @@ def test_every_engine_is_rendered(rendered):
     assert {("gpu-c02.corp.example.com", "vllm_argv"), ("gpu-c02.corp.example.com", "lmcache_server_argv"),
             ("kvlab-c1", "lmcache_server_argv")} <= kinds                       # lmcache_mp
     assert ("gpu-c03.corp.example.com", "lmcache_yaml") in kinds               # lmcache_inproc
+    assert ("gpu-c04.corp.example.com", "vllm_argv") in kinds                   # vllm_baseline
 
 
 def test_rendered_configs_are_accepted_by_the_engines_own_parsers(rendered):

@@ -78,6 +78,7 @@ class StandIn:
             chat, max_model_len, fail, token_delay, key, lmcache, vllm
         self.seen: list[tuple[str, str, str | None]] = []  # (method, path, Authorization)
         self.prompts: list[list[str]] = []
+        self.ignore_eos: list = []  # each POST's ignore_eos (None: not sent)
         self.q = self.h = 0
         self.lock = threading.Lock()
         outer = self
@@ -115,6 +116,7 @@ class StandIn:
             def do_POST(self):
                 outer.seen.append(("POST", self.path, self.headers.get("Authorization")))
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.ignore_eos.append(body.get("ignore_eos"))
                 if outer.fail:
                     return self.reply(500, {"error": {"message": "engine core died", "code": 500}})
                 chat = self.path == "/v1/chat/completions"
@@ -549,3 +551,25 @@ def test_engine_roundtrip_passes_only_when_the_storage_tier_serves_the_replay():
     ep.problem = "not answering 900 s after the restart: connection refused"
     down = lt.roundtrip_result(ep, [])
     assert down.status == "fail" and down.found == ep.problem
+
+
+def test_ignore_eos_is_sent_unless_switched_off(standins, tmp_path):
+    on, off = standins(), standins()
+    for s, more in ((on, []), (off, ["--no-ignore-eos"])):
+        r = kvprov("loadtest", "--url", s.url, "--prompt-tokens", "40", "--turns", "1", "--users", "1",
+                   "--output-tokens", "4", "--out", str(tmp_path / str(len(more))), *more, timeout=60)
+        assert r.returncode == 0, r.stderr[-2000:]
+    # the first POST is the API probe (chat or completions?), then the measured requests
+    assert on.ignore_eos[1:] == [True] and off.ignore_eos[1:] == [None], (on.ignore_eos, off.ignore_eos)
+    doc = json.loads((tmp_path / "1" / "loadtest.json").read_text())
+    assert doc["settings"]["ignore_eos"] is False
+
+
+def test_engine_roundtrip_skips_an_engine_without_a_tier(tmp_path, monkeypatch):
+    inv = tmp_path / "inv.yml"
+    inv.write_text("all:\n  children:\n    gpu_nodes:\n      vars:\n        kvprov_engine: vllm_baseline\n"
+                   "        kvprov_storage_server: 10.0.0.5\n      hosts:\n        h1:\n")
+    monkeypatch.setattr(lt, "probe", lambda *a: pytest.fail("no request to an engine without a tier"))
+    [r] = lt.roundtrip(str(inv), None)
+    assert (r.id, r.status, r.host) == ("engine.main.roundtrip", "skip", "h1")
+    assert r.found == "engine vllm_baseline has no KV tier: nothing to serve from storage after a restart"

@@ -14,7 +14,7 @@ ROLES = sorted(p.parent.parent for p in (ROOT / "roles").glob("*/meta/argument_s
 
 def test_every_role_has_a_spec():
     assert [r.name for r in ROLES] == ["engine", "gds", "kvcache_bench", "kvcache_mount", "lmcache_inproc", "lmcache_mp",
-                                       "nixl", "rdma", "sglang_hicache", "vllm", "vllm_offload"]
+                                       "nixl", "rdma", "sglang_hicache", "vllm", "vllm_baseline", "vllm_offload"]
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)

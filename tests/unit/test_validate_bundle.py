@@ -182,7 +182,7 @@ def test_desired_lists_every_problem():
         "storage.server: missing",
         "storage.pnfs_layout: 'flexfiles' is not one of files, block, none",
         'gds.allow_compat_mode: must be a boolean, got "false"',
-        "engine.name: 'sglang' is not one of sglang_hicache, vllm_offload, lmcache_mp, lmcache_inproc",
+        "engine.name: 'sglang' is not one of sglang_hicache, vllm_offload, lmcache_mp, lmcache_inproc, vllm_baseline",
         "engine.instances: [0].port: must be an integer"]
     assert e.value.exit_code == EXIT_USAGE
 

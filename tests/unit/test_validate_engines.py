@@ -45,8 +45,10 @@ def compact(value: dict) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def kv_config(engine: str, name: str, i: int) -> dict:
-    """vLLM's --kv-transfer-config, as roles/engine renders it per engine."""
+def kv_config(engine: str, name: str, i: int) -> dict | None:
+    """vLLM's --kv-transfer-config, as roles/engine renders it per engine (None: none)."""
+    if engine == "vllm_baseline":
+        return None
     if engine == "vllm_offload":
         return {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "engine_id": f"kvprov-{name}",
                 "kv_connector_extra_config": {
@@ -59,11 +61,11 @@ def kv_config(engine: str, name: str, i: int) -> dict:
     return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 
 
-def vllm_argv(kv: dict, port: int) -> list[str]:
+def vllm_argv(kv: dict | None, port: int) -> list[str]:
     return [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/Qwen3-8B", "--served-model-name",
             "/models/Qwen3-8B", "--host", "0.0.0.0", "--port", str(port), "--dtype", "auto", "--block-size", "16",
-            "--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.9", "--enable-prefix-caching",
-            "--kv-transfer-config", compact(kv)]
+            "--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.9", "--enable-prefix-caching"] + (
+        ["--kv-transfer-config", compact(kv)] if kv else [])
 
 
 def server_argv(l2: dict, port: int, metrics_port: int) -> list[str]:
@@ -93,12 +95,13 @@ def unit_file(description: str, argv: list[str], env: dict[str, str], directory:
     deps = f"After=network-online.target {requires}\nRequires={requires}\n" if requires else \
         "After=network-online.target\n"
     environment = "".join(f"Environment={k}={v}\n" for k, v in env.items())
+    mounts = f"RequiresMountsFor={directory}\n" if directory else ""
     return (f"#\n# Ansible managed\n#\n[Unit]\nDescription={description}\nWants=network-online.target\n{deps}"
-            f"RequiresMountsFor={directory}\n\n[Service]\nType=simple\nUser={USER}\nGroup={USER}\n"
+            f"{mounts}\n[Service]\nType=simple\nUser={USER}\nGroup={USER}\n"
             f"WorkingDirectory=/var/lib/kvprov-engine/main\nEnvironment=PYTHONHASHSEED=0\n{environment}"
             f"ExecStart={exec_start(argv)}\n\nRestart=on-failure\nRestartSec=10\nTimeoutStartSec=900\n"
             f"LimitMEMLOCK=infinity\nNoNewPrivileges=yes\nProtectSystem=full\nPrivateTmp=yes\n"
-            f"ReadWritePaths={directory} /var/lib/kvprov-engine\n\n[Install]\nWantedBy=multi-user.target\n")
+            f"ReadWritePaths={' '.join(filter(None, (directory, '/var/lib/kvprov-engine')))}\n\n[Install]\nWantedBy=multi-user.target\n")
 
 
 def show_text(unit: str, argv: list[str], env: dict[str, str], active: bool = True, pid: int = 4242) -> str:
@@ -166,18 +169,20 @@ class EngineBundle:
                 self.write(f"files{inproc_yaml(name)}", yaml)
                 files[inproc_yaml(name)] = {"mode": "0644", "role": "engine", "content": yaml}
             requires = server_unit(name) if engine == "lmcache_mp" else ""
+            tier = storage_dir(name) if engine != "vllm_baseline" else ""
             self.write_unit(vllm_unit(name), f"vLLM {engine} {name} (port {port})",
-                            vllm_argv(kv_config(engine, name, i), port), env, storage_dir(name), requires)
+                            vllm_argv(kv_config(engine, name, i), port), env, tier, requires)
             files[f"/etc/systemd/system/{vllm_unit(name)}"] = {
                 "mode": "0644", "role": "engine", "content": self.text(f"{UNIT_DIR}/{vllm_unit(name)}")}
             health[name] = {"unit": vllm_unit(name), "running": True, "url": f"http://127.0.0.1:{port}/health",
                             "status": 200, "ok": True, "error": None}
             self.write(f"metrics/{name}.txt", prometheus(VLLM_METRICS, 'engine="0",model_name="/models/Qwen3-8B"'))
-            instances.append({"name": name, "unit": vllm_unit(name), "storage_dir": storage_dir(name), "port": port,
+            instances.append({"name": name, "unit": vllm_unit(name), "storage_dir": tier, "port": port,
                               "units": inst_units, "lmcache_port": lport if engine == "lmcache_mp" else None,
                               "metrics_port": mport if engine == "lmcache_mp" else None})
             units += [{"unit": u, "enabled": True, "active": True} for u in inst_units]
-            dirs["instances"][name] = {**template, "path": storage_dir(name), "owner": USER, "group": USER}
+            if tier:  # the collector stats only the directories of a KV tier
+                dirs["instances"][name] = {**template, "path": tier, "owner": USER, "group": USER}
         desired["engine"] = {"name": engine, "user": USER, "install": True, "venv": "/opt/kvprov/vllm",
                              "connect_host": "127.0.0.1", "instances": instances}
         desired["files"] = files
@@ -531,3 +536,42 @@ def test_systemctl_show_then_the_unit_file_when_no_process_was_captured(tmp_path
     b.sub("systemctl/kvprov-vllm-main.service.txt", "ExecStart=", "ExecStartPre=")
     b.sub(f"{UNIT_DIR}/kvprov-vllm-main.service", "--port 8000", "--port 8003")
     assert b.results()["engine.main.unit"].found == "--port 8003 (the unit file), want 8000"
+
+
+# ---------------------------------------------------------------------------- vllm_baseline, LoadState
+
+BASELINE_METRICS = {k: v for k, v in VLLM_METRICS.items() if "external" not in k}
+
+
+def test_vllm_baseline_has_no_tier_checks_and_needs_no_connector_counters(tmp_path):
+    b = EngineBundle(tmp_path, "vllm_baseline")
+    b.write("metrics/main.txt", prometheus(BASELINE_METRICS, 'engine="0"'))  # vLLM without a connector
+    rs = b.results()
+    no_tier = ("skip", "engine vllm_baseline has no KV tier: nothing of it reaches the KV mount")
+    assert engine_results(rs) == {
+        "engine.main.unit": (PASS, "loaded, enabled; configuration read from the running process"),
+        "engine.main.state": (PASS, "kvprov-vllm-main.service: ActiveState=active SubState=running NRestarts=0"),
+        "engine.main.storage_env": no_tier, "engine.main.storage_dir": no_tier,
+        "engine.main.health": (PASS, "GET http://127.0.0.1:8000/health: 200"),
+        "engine.main.cache": (PASS, "vllm:prefix_cache_queries_total 4096, vllm:prefix_cache_hits_total 1024")}
+    assert rs["summary"].status == PASS
+
+
+def test_vllm_baseline_with_a_connector_or_without_prefix_caching_fails(tmp_path):
+    b = EngineBundle(tmp_path, "vllm_baseline")
+    b.set_argv(vllm_unit("main"), lambda argv: argv + ["--kv-transfer-config", '{"kv_connector":"X"}',
+                                                       "--no-enable-prefix-caching"])
+    status, found = engine_results(b.results())["engine.main.unit"]
+    assert status == FAIL and found == (
+        "--kv-transfer-config is set (the running process): the baseline is vLLM without a KV tier; "
+        "--no-enable-prefix-caching (the running process): the baseline keeps vLLM's GPU prefix cache")
+
+
+@pytest.mark.parametrize("state", ["not-found", "bad-setting", "error", "masked"])
+def test_a_unit_that_is_not_loaded_fails_the_unit_check(tmp_path, state):
+    """A unit file gone (not-found) or one systemd refused (bad-setting) is not "loaded"."""
+    b = EngineBundle(tmp_path, "vllm_offload")
+    b.sub(f"systemctl/{vllm_unit('main')}.txt", "LoadState=loaded", f"LoadState={state}")
+    status, found = engine_results(b.results())["engine.main.unit"]
+    assert status == FAIL and found.startswith(
+        f"kvprov-vllm-main.service: LoadState={state} (`systemctl daemon-reload`)"), found

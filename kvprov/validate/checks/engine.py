@@ -6,7 +6,8 @@ engine.<instance>.<suffix>, category engine):
                carries the engine's KV-tier configuration
 - state        each unit runs where it should (servers before their clients)
 - storage_env  the storage directory the engine is configured with is the instance's own,
-               on the KV mount (not /tmp, not local disk)
+               on the KV mount (not /tmp, not local disk); skipped for an engine without a
+               KV tier (vllm_baseline)
 - storage_dir  that directory exists, on the KV mount, writable by the service user
 - health       /health answers (and lmcache_mp's server its /metrics)
 - cache        the cache counters the engine exposes (vLLM's prefix and connector caches,
@@ -114,12 +115,16 @@ def kv_transfer_config(c: Context, inst: Instance) -> tuple[dict | None, str, st
     return value, why, where
 
 
-def connector_problems(c: Context, inst: Instance, connector: str) -> tuple[dict, list[str]]:
-    """The vLLM side of every vLLM engine: its port and connector."""
+def port_problems(c: Context, inst: Instance) -> list[str]:
     argv, where = live_argv(c, inst.unit)
-    problems = []
-    if flag(argv, "--port") != str(inst.port):
-        problems.append(f"--port {show(flag(argv, '--port'))} ({where}), want {inst.port}")
+    port = flag(argv, "--port")
+    return [] if port == str(inst.port) else [f"--port {show(port)} ({where}), want {inst.port}"]
+
+
+def connector_problems(c: Context, inst: Instance, connector: str) -> tuple[dict, list[str]]:
+    """The vLLM side of every vLLM engine with a KV tier: its port and connector."""
+    where = live_argv(c, inst.unit)[1]
+    problems = port_problems(c, inst)
     kv, why, _ = kv_transfer_config(c, inst)
     if kv is None:
         return {}, problems + [f"{why} ({where}): vLLM runs without the KV tier"]
@@ -248,8 +253,14 @@ def _unit_state(c: Context, unit: str) -> Result:
     return res(FAIL, expected, f"{state}: not running", f"`systemctl start {unit}`; {logs}")
 
 
+def _no_tier(c: Context) -> Result:
+    return res(SKIP, "no storage directory", f"engine {c.d.engine} has no KV tier: nothing of it reaches the KV mount")
+
+
 @instance_check("storage_env")
 def engine_storage_env(c: Context, inst: Instance) -> Result:
+    if not inst.storage_dir:
+        return _no_tier(c)
     mp = c.d.mount_point
     expected = f"the {c.d.engine} storage directory {inst.storage_dir} (on the KV mount {mp})"
     fix = c.deploy(TAGS)
@@ -281,6 +292,8 @@ def engine_storage_env(c: Context, inst: Instance) -> Result:
 
 @instance_check("storage_dir")
 def engine_storage_dir(c: Context, inst: Instance) -> Result:
+    if not inst.storage_dir:
+        return _no_tier(c)
     user = c.d.engine_user
     expected = f"{inst.storage_dir} exists, on the KV mount {c.d.mount_point}, writable by {user}"
     e = c.storage_entry(inst.name)

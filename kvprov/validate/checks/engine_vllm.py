@@ -1,10 +1,14 @@
 """vLLM's native offloading (OffloadingConnector, TieringOffloadingSpec): the fs tier's
-root_dir in --kv-transfer-config is the instance's storage directory; cpu_bytes_to_use set."""
+root_dir in --kv-transfer-config is the instance's storage directory; cpu_bytes_to_use set.
+And vLLM without a KV tier (vllm_baseline): no --kv-transfer-config, prefix caching on."""
 
 from __future__ import annotations
 
 from kvprov.validate.bundle import Instance
-from kvprov.validate.checks.engine import ENGINES, EngineRules, connector_problems, kv_transfer_config, vllm_cache
+from functools import partial
+
+from kvprov.validate.checks.engine import (ENGINES, EngineRules, connector_problems, flag, kv_transfer_config,
+                                           live_argv, port_problems, vllm_cache)
 from kvprov.validate.context import Context
 from kvprov.validate.result import show
 
@@ -36,3 +40,17 @@ def config_problems(c: Context, inst: Instance) -> list[str]:
 
 ENGINES["vllm_offload"] = EngineRules(storage_setting, config_problems, cache=vllm_cache,
                                       fallback=": vLLM keeps the offloaded KV in host memory only")
+
+
+def baseline_problems(c: Context, inst: Instance) -> list[str]:
+    argv, where = live_argv(c, inst.unit)
+    problems = port_problems(c, inst)
+    if flag(argv, "--kv-transfer-config") is not None:
+        problems.append(f"--kv-transfer-config is set ({where}): the baseline is vLLM without a KV tier")
+    if "--no-enable-prefix-caching" in argv:
+        problems.append(f"--no-enable-prefix-caching ({where}): the baseline keeps vLLM's GPU prefix cache")
+    return problems
+
+
+ENGINES["vllm_baseline"] = EngineRules(lambda c, inst: (None, "no KV tier"), baseline_problems,
+                                       cache=partial(vllm_cache, external=False))
