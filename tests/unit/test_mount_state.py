@@ -166,3 +166,14 @@ def test_options_kvprov_cannot_compare_are_said_not_ignored_silently():
     assert ms.uncompared(desired) == ["strictatime", "mystery=3", "namlen=255"]
     assert ms.warnings(live, desired) == [
         f"{o}: not compared (kvprov does not know how the kernel shows it)" for o in ms.uncompared(desired)]
+
+
+def test_a_units_options_compare_in_the_kernels_spelling_too():
+    """validate's mount.unit compares the unit's Options= with the inventory's through as_shown()."""
+    options = ["nfsvers=4.1", "rdma", "hard", "actimeo=600", "lookupcache=positive", "cto", "_netdev"]
+    unit = {"source": "s:/e", "options": ms.as_shown(options)}
+    assert unit["options"] == {"vers": "4.1", "proto": "rdma", "hard": True, "acregmin": "600", "acregmax": "600",
+                               "acdirmin": "600", "acdirmax": "600", "lookupcache": "pos"}
+    assert ms.differences(unit, "s:/e", options) == []
+    assert ms.differences(unit, "s:/e", ["vers=4.2", "write=eager"]) == ["vers: live 4.1, want 4.2",
+                                                                         "write: live lazy, want eager"]

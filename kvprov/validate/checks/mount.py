@@ -234,7 +234,7 @@ def mount_unit(c: Context) -> Result:
     problems = []
     if posixpath.normpath(where or ".") != posixpath.normpath(d.mount_point):
         problems.append(f"Where={show(where)}")
-    as_mounted = {"source": what, "options": mount_state.split_options(options)}
+    as_mounted = {"source": what, "options": mount_state.as_shown(options.split(","))}
     problems += [f"unit vs inventory: {x.replace(': live ', ': unit has ', 1)}"
                  for x in mount_state.differences(as_mounted, d.source, list(d.mount_options))]
     live = c.live()

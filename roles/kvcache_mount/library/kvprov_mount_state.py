@@ -169,6 +169,19 @@ def differences(live: dict, source: str, desired: list) -> list:
     return diffs
 
 
+def as_shown(options: list) -> dict:
+    """Options as mountinfo would show them (a mount unit's Options=, to compare it with the
+    desired ones through differences()): actimeo=600 as the four times, rdma as proto=rdma."""
+    shown = {}
+    for option in split_desired(options):
+        view = expectations(option)
+        if view is None:
+            key, sep, value = option.partition("=")
+            view = {key: value if sep else True}
+        shown.update({key: value for key, value in view.items() if value is not None})
+    return shown
+
+
 def uncompared(desired: list) -> list:
     """Desired options kvprov cannot compare with the live mount (the kernel's spelling of
     them is not in the tables above)."""
