@@ -623,7 +623,7 @@ def test_rdma_link_judges_the_port_that_carries_the_mount():
     files = files_of("gpu_a01")  # the mount's clientaddr 192.168.10.101 is on ens1f0np0 (ip_addr.txt)
     r = run(files)["rdma.link"]
     assert r.status == PASS and r.found == "mlx5_0/1 ACTIVE (ens1f0np0)"
-    assert r.expected == "the RDMA port of ens1f0np0 (it holds the mount's address 192.168.10.101) ACTIVE"
+    assert r.expected == "the RDMA port of ens1f0np0 (the mount's address 192.168.10.101) ACTIVE"
     # that port down while the others are ACTIVE: any ACTIVE port used to pass
     sub(files, bf.RDMA_LINK, "mlx5_0/1 state ACTIVE physical_state LINK_UP", "mlx5_0/1 state DOWN physical_state DISABLED")
     r = run(files)["rdma.link"]
@@ -635,11 +635,13 @@ def test_rdma_link_without_the_address_map_passes_only_when_every_port_is_active
     del files["ip_addr.txt"]  # a bundle of an older collector: which port carries the mount is unknown
     r = run(files)["rdma.link"]
     assert r.status == WARN and "the mount may use a port that is down" in r.found
-    assert r.expected.endswith("the capture has no ip_addr.txt)")
+    assert r.expected.endswith("the capture has no ip_addr.txt, the interfaces' addresses)")
     sub(files, bf.RDMA_LINK, "mlx5_2/1 state DOWN physical_state DISABLED", "mlx5_2/1 state ACTIVE physical_state LINK_UP")
     assert run(files)["rdma.link"].status == PASS
     files[bf.RDMA_LINK] = b"link mlx5_0/1 state DOWN physical_state DISABLED netdev ens1f0np0\n"
     assert run(files)["rdma.link"].status == FAIL
+    files = sub(files_of("gpu_a01"), "ip_addr.txt", "192.168.10.101/24", "192.168.10.109/24")
+    assert run(files)["rdma.link"].expected.endswith("no interface holds 192.168.10.101 (ip_addr.txt))")
 
 
 def test_an_unreadable_fstab_is_not_no_duplicate():

@@ -47,20 +47,23 @@ def rdma_module(c: Context) -> Result:
 
 
 def _mount_netdev(c: Context) -> tuple[str, str]:
-    """The mount's client address (mountinfo's clientaddr=) and the interface holding it
-    ("" for what the capture does not tell)."""
+    """The interface holding the mount's client address (mountinfo's clientaddr=), or "" and
+    why the capture does not tell."""
     try:
         live = c.live() if c.d.is_nfs else None
     except FileProblem:  # mountinfo unusable: mount.present names it
         live = None
     addr = live["options"].get("clientaddr") if live else None
-    if not isinstance(addr, str) or not c.b.exists(IP_ADDR):
-        return (addr if isinstance(addr, str) else ""), ""
+    if not isinstance(addr, str):
+        return "", "the live mount shows no clientaddr="
+    if not c.b.exists(IP_ADDR):
+        return "", f"the capture has no {IP_ADDR}, the interfaces' addresses"
     try:
         addr = str(ipaddress.ip_address(addr))
     except ValueError:
-        return addr, ""
-    return addr, c.parsed(IP_ADDR, parsers.parse_ip_addr).get(addr, "")
+        return "", f"clientaddr={show(addr)} is not an address"
+    netdev = c.parsed(IP_ADDR, parsers.parse_ip_addr).get(addr, "")
+    return (netdev, f"the mount's address {addr}") if netdev else ("", f"no interface holds {addr} ({IP_ADDR})")
 
 
 def _listed(links: list) -> str:
@@ -78,23 +81,22 @@ def rdma_link(c: Context) -> Result:
         return res(FAIL, "an RDMA link in state ACTIVE", "`rdma link` lists no RDMA device",
                   "install rdma-core and the NIC's driver (mlx5_ib for ConnectX); labs: set "
                   "kvprov_rdma_soft_roce_netdevs")
-    addr, netdev = _mount_netdev(c)
+    netdev, why = _mount_netdev(c)
     carrying = [x for x in links if netdev and x.netdev == netdev]
     fix = ("bring the RDMA port up: cable and switch port, `ibv_devinfo`, `ip link show NETDEV`; "
            "soft-RoCE (labs): `systemctl restart kvprov-soft-roce.service`")
-    if carrying:
-        expected = f"the RDMA port of {netdev} (it holds the mount's address {addr}) ACTIVE"
+    if carrying:  # judge the port the mount uses, not any port
+        expected = f"the RDMA port of {netdev} ({why}) ACTIVE"
         if any(x.state == "ACTIVE" for x in carrying):
             return res(PASS, expected, _listed(carrying))
-        return res(FAIL, expected, _listed(carrying) + (f"; other ports: {_listed([x for x in links if x not in carrying])}"
-                                                        if len(carrying) < len(links) else ""), fix)
-    expected = "every RDMA port ACTIVE (which one carries the mount is not known: " + (
-        f"no RDMA port of {netdev}, which holds the mount's address {addr})" if netdev else
-        f"the capture has no {IP_ADDR})" if addr else "the live mount shows no clientaddr=)")
+        others = [x for x in links if x not in carrying]
+        return res(FAIL, expected, _listed(carrying) + (f"; other ports: {_listed(others)}" if others else ""), fix)
+    if netdev:
+        why = f"{netdev} holds {why}, and no RDMA port names it"
+    expected = f"every RDMA port ACTIVE (which one carries the mount is not known: {why})"
     down = [x for x in links if x.state != "ACTIVE"]
     if not down:
         return res(PASS, expected, _listed(links))
     if len(down) == len(links):
         return res(FAIL, expected, _listed(links), fix)
-    return res(WARN, expected, f"{_listed(links)}: the mount may use a port that is down",
-              f"{fix}; or collect again with a kvprov whose collector captures `ip -o addr` ({IP_ADDR})")
+    return res(WARN, expected, f"{_listed(links)}: the mount may use a port that is down", fix)
