@@ -20,6 +20,7 @@ COMMANDS = [
     "kvprov.validate.collect",
     "kvprov.bench",
     "kvprov.audit",
+    "kvprov.storage.cli",
     "kvprov.loadtest",
     "kvprov.lab.cli",
 ]

@@ -26,6 +26,7 @@ from kvprov import paths
 from kvprov.errors import EXIT_USAGE, KvprovError
 
 TARGET_GROUP = "gpu_nodes"  # kvprov configures the hosts of this group (and its children)
+STORAGE_GROUP = "kv_storage"  # the storage systems `kvprov storage check` checks (and its children)
 GROUP_KEYS = ("hosts", "children", "vars")
 VARS_FILE_SUFFIXES = ("", ".yml", ".yaml", ".json")  # what Ansible's host_group_vars reads
 
@@ -168,6 +169,7 @@ class Inventory:
     defaults: dict[str, Var]  # the roles' defaults
     roles: Path  # the roles directory the defaults came from
     issues: list[Problem] = field(default_factory=list)  # structural findings of the loader
+    storage_hosts: list[Host] = field(default_factory=list)  # hosts of STORAGE_GROUP, in file order
 
     def host(self, name: str) -> Host:
         for h in self.hosts:
@@ -460,8 +462,8 @@ def resolve(layout: Layout, files: VarsFiles, defaults: dict[str, Var], path: Pa
         g = layout.groups[target]
         raise InventoryError(f"group {target} has no hosts", layout.file, g.origin.line if g.origin else None)
     depth, priority = group_depths(layout.groups), _group_priorities(layout.groups, files)
-    hosts = []
-    for name in targets:
+
+    def host(name: str) -> Host:
         groups = host_groups(layout.groups, name, depth, priority)
         merged: dict[str, Var] = {n: v for n, v in defaults.items() if n.startswith("kvprov_")}
         for g in groups:  # the inventory file's group vars
@@ -472,9 +474,13 @@ def resolve(layout: Layout, files: VarsFiles, defaults: dict[str, Var], path: Pa
         merged.update(layout.host_vars.get(name, {}))
         for f in files.hosts.get(name, []):
             merged.update(f.vars)
-        hosts.append(Host(name, layout.host_origins[name], groups, merged))
+        return Host(name, layout.host_origins[name], groups, merged)
+
+    storage = (target_hosts(layout.groups, list(layout.host_origins), STORAGE_GROUP)
+               if STORAGE_GROUP in layout.groups and target != STORAGE_GROUP else [])
     issues = layout.issues + _unused_vars_files(layout, files)
-    return Inventory(path, hosts, layout.groups, _settings(layout, files), defaults, roles, issues)
+    return Inventory(path, [host(n) for n in targets], layout.groups, _settings(layout, files), defaults, roles,
+                     issues, [host(n) for n in storage])
 
 
 def _group_priorities(groups: dict[str, Group], files: VarsFiles) -> dict[str, int]:
