@@ -35,6 +35,7 @@ GPU_VM_VARS = {
     "kvprov_rdma_soft_roce_netdevs": ["data0"],
     **COMMON_VARS,
 }
+STORAGE_VARS = {"kvprov_storage_system": "linux"}  # knfsd, the NetApp stand-in
 CONTAINER_VARS = {
     "kvprov_storage_profile": "local",  # containers share the host kernel: no NFS
     "kvprov_storage_pnfs_layout": "none",
@@ -119,9 +120,11 @@ def build(topo: topology.Topology) -> dict:
             "vars": conn,
             "children": {
                 "gpu_nodes": {"children": children},
-                "lab_storage": {"hosts": {storage.name: {
+                # `kvprov storage check` reads the storage VM's knfsd over ssh; the GPU-node VMs
+                # mount it through its data addresses
+                "kv_storage": {"vars": STORAGE_VARS, "children": {"lab_storage": {"hosts": {storage.name: {
                     "ansible_host": "127.0.0.1", "ansible_port": storage.ssh_port,
-                    "kvprov_lab_data_ips": storage.data_ips}}},
+                    "kvprov_storage_data_addresses": storage.data_ips}}}}},
             },
         }
     }

@@ -1,6 +1,8 @@
 import yaml
 
+from kvprov import inventory as inventory_model
 from kvprov.lab import inventory, topology
+from kvprov.storage import systems
 from tests.conftest import ROOT
 
 
@@ -26,6 +28,19 @@ def test_generated_inventory_lists_exactly_the_running_hosts():
         "ansible_host": "127.0.0.1", "ansible_port": 2222,
         "kvprov_lab_data_ip": "10.99.2.2", "kvprov_storage_server": "10.99.2.1"}
     assert gpu["lab_containers"]["hosts"]["kvlab-c3"] == {"ansible_host": "10.98.3.2"}
-    assert inv["all"]["children"]["lab_storage"]["hosts"]["kvlab-storage"]["kvprov_lab_data_ips"] == [
-        "10.99.1.1", "10.99.2.1"]
+    storage = inv["all"]["children"]["kv_storage"]
+    assert storage["vars"] == {"kvprov_storage_system": "linux"}
+    assert storage["children"]["lab_storage"]["hosts"] == {"kvlab-storage": {
+        "ansible_host": "127.0.0.1", "ansible_port": 2220,
+        "kvprov_storage_data_addresses": ["10.99.1.1", "10.99.2.1"]}}
     assert inv["all"]["vars"]["ansible_user"] == "root"
+
+
+def test_every_lab_gpu_vm_mounts_from_the_storage_vm():
+    """`kvprov storage check` maps each GPU-node VM to kvlab-storage through its data addresses."""
+    inv = inventory_model.load(ROOT / "inventory/lab.yml")
+    (storage,) = systems.systems(inv)
+    assert (storage.name, storage.kind) == ("kvlab-storage", "linux")
+    served, orphans = systems.assign(systems.clients(inv), {storage.name: storage.data_addresses})
+    assert orphans == [] and [c.host for c in served["kvlab-storage"]] == ["kvlab-gpu1"]
+    assert served["kvlab-storage"][0].layout == "block" and served["kvlab-storage"][0].rdma

@@ -1,0 +1,55 @@
+"""`kvprov storage check` on the lab's storage VM (knfsd over ssh): it passes on the lab;
+with knfsd's RDMA listener closed and /kv re-exported without pnfs it fails naming both;
+restored, it passes again. Runs on the running lab (after test_6_faults), about 30 s, and
+leaves the server as it found it."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvprov.lab.ssh import ssh
+from tests.conftest import kvprov
+
+pytestmark = pytest.mark.lab
+
+STORAGE = ("127.0.0.1", 2220)
+PORTLIST = "/proc/fs/nfsd/portlist"
+
+
+def sh(command: str, timeout: float = 60) -> str:
+    r = ssh(*STORAGE, command, timeout=timeout)
+    assert r.returncode == 0, f"`{command}` on kvlab-storage -> {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def storage_check(lab, report: Path) -> tuple[int, dict, str]:
+    r = kvprov("storage", "check", lab["inventory"], "--json", str(report), timeout=180)
+    results = {x["id"]: x for x in json.loads(report.read_text())["hosts"]["kvlab-storage"]["results"]}
+    return r.returncode, results, r.stdout + r.stderr
+
+
+def test_storage_check_passes_then_names_a_closed_rdma_listener_and_an_export_without_pnfs(lab, tmp_path):
+    assert "pnfs" in sh("exportfs -v"), "the lab exports /kv with pnfs (kvprov/lab/guest/exports)"
+    code, results, out = storage_check(lab, tmp_path / "before.json")
+    assert code == 0, out
+    assert results["nfs.rdma"]["status"] == "pass" and results["export./kv.pnfs"]["status"] == "pass", out
+    assert "kvlab-gpu1 (10.99.1.1:/kv)" in results["storage.clients"]["found"]
+
+    try:
+        # each "-rdma 20049" closes one listener (IPv4, IPv6): until none is left, at most 4
+        sh(f"for i in 1 2 3 4; do grep -q '^rdma 20049' {PORTLIST} || break; echo '-rdma 20049' > {PORTLIST}; done; "
+           f"! grep -q '^rdma 20049' {PORTLIST}")
+        sh("exportfs -o rw,sync,no_subtree_check,no_root_squash,insecure '*:/kv'")  # the same, without pnfs
+        code, results, out = storage_check(lab, tmp_path / "broken.json")
+    finally:
+        sh(f"grep -q '^rdma 20049' {PORTLIST} || echo 'rdma 20049' > {PORTLIST}; exportfs -ra")
+    assert code == 1, out
+    failed = {k for k, r in results.items() if r["status"] == "fail" and k != "summary"}
+    assert failed == {"nfs.rdma", "export./kv.pnfs"}, out
+    assert "does not listen for RPC/RDMA on 20049" in results["nfs.rdma"]["found"]
+    assert results["export./kv.pnfs"]["found"] == "exported without pnfs to *"
+    assert "kvlab-storage  nfs.rdma" in out and "FAIL" in out
+
+    code, results, out = storage_check(lab, tmp_path / "after.json")
+    assert code == 0, out
