@@ -33,6 +33,9 @@ GPU_VM_VARS = {
     "kvprov_storage_export": topology.EXPORT_PATH,
     "kvprov_storage_pnfs_layout": "block",  # knfsd serves block layouts; ONTAP serves files
     "kvprov_rdma_soft_roce_netdevs": ["data0"],
+    # NetApp's recommended write=eager (kernel >= 5.15, shown in mountinfo): an extra option
+    # that audit and deploy compare like the profile's own
+    "kvprov_storage_extra_options": ["write=eager"],
     **COMMON_VARS,
 }
 STORAGE_VARS = {"kvprov_storage_system": "linux"}  # knfsd, the NetApp stand-in

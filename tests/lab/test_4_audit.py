@@ -86,11 +86,7 @@ SABOTAGES = {
                                      ["kvprov-sglang-main.service: disabled, want enabled"]),
     "pinned_package_changed": ("kvlab-c1", C1, _copy_old_nixl, {"venv:/opt/kvprov/nixl:nixl"},
                                ["/opt/kvprov/nixl: nixl 1.5.0, want 1.5.1"]),
-    "mount_remounted_with_other_options": (
-        "kvlab-gpu1", GPU1, "systemctl stop mnt-kvcache.mount && mount -t nfs4 -o "
-        "vers=4.1,proto=rdma,port=20049,rsize=131072,wsize=131072 10.99.1.1:/kv /mnt/kvcache",
-        {"mount.options", "mount.unit"}, ["rsize: live 131072, want 262144"]),
-}
+}  # a mount remounted by hand: test_a_mount_remounted_by_hand_... below
 
 
 @pytest.mark.parametrize("name", list(SABOTAGES))
@@ -128,9 +124,10 @@ def test_unreachable_host_is_reported_not_fatal(lab, tmp_path):
     assert data["hosts"]["kvlab-c1"]["ok"] is True
 
 
-def test_a_mount_that_lost_an_extra_option_is_named_and_fixed(lab, tmp_path):
-    """Issue 14: an option of kvprov_storage_extra_options the kernel shows (write=eager) lost by a
-    remount by hand: audit names it, `audit --fix --allow-remount` remounts, the host audits clean."""
+def test_a_mount_remounted_by_hand_with_other_options_and_without_an_extra_one_is_named_and_fixed(lab, tmp_path):
+    """A remount by hand with another rsize/wsize that also lost an option of
+    kvprov_storage_extra_options the kernel shows (write=eager): audit and the testinfra checks
+    name both, `audit --fix --allow-remount` remounts, the host audits clean."""
     from kvprov.lab.inventory import GPU_VM_VARS
 
     extra = [o for item in GPU_VM_VARS.get("kvprov_storage_extra_options", []) for o in item.split(",")]
@@ -138,12 +135,15 @@ def test_a_mount_that_lost_an_extra_option_is_named_and_fixed(lab, tmp_path):
         pytest.fail("the lab inventory asks for no write=eager: add kvprov_storage_extra_options: [write=eager] "
                     "to GPU_VM_VARS in kvprov/lab/inventory.py (and regenerate inventory/lab.yml)")
     sh(GPU1, "systemctl stop mnt-kvcache.mount && mount -t nfs4 -o "
-             "vers=4.1,proto=rdma,port=20049,rsize=262144,wsize=262144,hard,max_connect=16 10.99.1.1:/kv /mnt/kvcache")
+             "vers=4.1,proto=rdma,port=20049,rsize=131072,wsize=131072,hard,max_connect=16 10.99.1.1:/kv /mnt/kvcache")
     try:
         r, results = audit(lab, tmp_path, limit="kvlab-gpu1")
         assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
         assert drift(results) == {("kvlab-gpu1", "mount.options"), ("kvlab-gpu1", "mount.unit")}, r.stdout[-4000:]
-        assert results[("kvlab-gpu1", "mount.options")]["found"] == "write: live lazy, want eager"
+        found = results[("kvlab-gpu1", "mount.options")]["found"]
+        assert all(w in found for w in ("rsize: live 131072, want 262144", "write: live lazy, want eager")), found
+        t = run_testinfra(lab, tmp_path, "kvlab-gpu1")
+        assert t.returncode == 1 and "rsize: live 131072, want 262144" in t.stdout, t.stdout[-3000:]
 
         out = tmp_path / "fixed.json"
         fix = kvprov("audit", lab["inventory"], "--limit", "kvlab-gpu1", "--fix", "--allow-remount",
