@@ -307,13 +307,16 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
             out["proc/modules"] = read("/proc/modules", 4 << 20)
         except OSError as e:
             errors["proc/modules"] = str(e)
-        rc, so, se, _ = run(["rdma", "link"], 10)
-        if rc == 0:
-            out["rdma_link.txt"] = so
-        else:
-            errors["rdma_link.txt"] = se.strip() or f"rdma link exited {rc}"
+        # the RDMA links, and the interfaces' addresses: which port carries the mount (clientaddr)
+        for name, argv in (("rdma_link.txt", ["rdma", "link"]), ("ip_addr.txt", ["ip", "-o", "addr", "show"])):
+            rc, so, se, _ = run(argv, 10)
+            if rc == 0:
+                out[name] = so
+            else:
+                errors[name] = se.strip() or f"{' '.join(argv)} exited {rc}"
     else:
-        skipped["proc/modules"] = skipped["rdma_link.txt"] = f"storage profile {storage['profile']}: no RDMA"
+        skipped["proc/modules"] = skipped["rdma_link.txt"] = skipped["ip_addr.txt"] = \
+            f"storage profile {storage['profile']}: no RDMA"
 
     gpus_dir = "/proc/driver/nvidia/gpus"
     gpus = sorted(os.listdir(gpus_dir)) if os.path.isdir(gpus_dir) else []

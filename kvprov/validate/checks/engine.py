@@ -199,7 +199,7 @@ def engine_unit(c: Context, inst: Instance) -> Result:
         props = c.show_unit(unit)
         if props.get("LoadState") != "loaded":
             problems.append(f"{unit}: LoadState={show(props.get('LoadState', '?'))} (`systemctl daemon-reload`)")
-        if props.get("UnitFileState") != "enabled":
+        if not parsers.enabled_at_boot(props.get("UnitFileState")):
             problems.append(f"{unit}: UnitFileState={show(props.get('UnitFileState', '?'))}: not started at boot")
         if props.get("NeedDaemonReload") == "yes":
             warnings.append(f"{unit} changed since systemd read it: `systemctl daemon-reload`")
