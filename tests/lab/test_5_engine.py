@@ -28,6 +28,7 @@ INST_DIR = f"/srv/kvcache/{HOST}/main"
 SERVER, VLLM = "kvprov-lmcache-main.service", "kvprov-vllm-main.service"
 VLLM_UNIT = f"/etc/systemd/system/{VLLM}"
 API_KEY = "kvprov-lab-key-0123456789abcdef"  # deployed from a root-only file on the controller
+RUNS = {}  # loadtest JSONs of this module's runs, by label (the baseline test compares with the tier's)
 
 
 def sh(command, timeout=120):
@@ -145,6 +146,7 @@ def test_loadtest_later_turns_hit_the_prefix_and_a_replay_after_restart_is_serve
         row = replay[length]
         assert row["storage_hit_tokens"] > 0 and row["hit_tokens"].get("vllm_external", 0) > 0, row
     assert (tmp_path / "loadtest.png").stat().st_size > 10_000
+    RUNS["lab"] = tmp_path / "loadtest.json"
     html = (tmp_path / "loadtest.html").read_text()
     assert "data:image/png;base64," in html and "Replay after a restart" in html
     assert API_KEY not in r.stdout + r.stderr + (tmp_path / "loadtest.json").read_text()
@@ -206,6 +208,46 @@ def test_validate_and_audit_catch_a_vllm_unit_pointing_at_the_wrong_port(engine,
     wait_healthy()
     r, results = validate(inv, tmp_path)
     assert results["engine.main.unit"]["status"] == "pass", results["engine.main.unit"]
+
+
+def test_the_same_engine_without_the_tier_serves_nothing_from_storage_after_a_restart(engine, tmp_path):
+    """The comparison the loadtest chart is for: the same vLLM, deployed as vllm_baseline (GPU
+    prefix cache only), hits its prefix within a conversation but after a restart has nothing
+    to serve it from. Last of the engine tests: it leaves the container on the baseline."""
+    import yaml
+
+    inv, _ = engine
+    data = yaml.safe_load(inv.read_text())
+    group = data["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]["vars"]
+    group = {k: v for k, v in group.items() if not k.startswith("kvprov_lmcache_mp_")}
+    group["kvprov_engine"] = "vllm_baseline"
+    data["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]["vars"] = group
+    baseline = tmp_path / "baseline.yml"
+    baseline.write_text(yaml.safe_dump(data, sort_keys=False))
+    sh(f"systemctl disable --now {SERVER}")  # another engine's unit: kvprov leaves it alone
+    r = kvprov("deploy", str(baseline), "--tags", "engine", timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    unit = sh(f"cat {VLLM_UNIT}")
+    assert "--kv-transfer-config" not in unit and "RequiresMountsFor" not in unit, unit
+    wait_healthy()
+    r = kvprov("loadtest", str(baseline), "--prompt-tokens", "1024", "--turns", "2", "--users", "1",
+               "--output-tokens", "8", "--replay", "--out", str(tmp_path), "--label", "baseline", timeout=1500)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run = json.loads((tmp_path / "loadtest.json").read_text())
+    points = {(p["phase"], p["turn"]): p for p in run["points"]}
+    assert points["sweep", 2]["cache"]["hit_tokens"].get("vllm_prefix", 0) > 0, points["sweep", 2]
+    [row] = run["replay"]
+    print(f"baseline replay after restart: {row}")
+    assert row["storage_hit_tokens"] == 0 and row["hit_tokens"].get("vllm_prefix", 0) == 0, row
+    r, results = validate(baseline, tmp_path, "--engine-roundtrip")
+    assert r.returncode == 0, r.stdout[-4000:]
+    for check in ("storage_env", "storage_dir", "roundtrip"):
+        assert results[f"engine.main.{check}"]["status"] == "skip", results[f"engine.main.{check}"]
+    assert results["engine.main.cache"]["status"] == "pass", results["engine.main.cache"]
+    if "lab" in RUNS:  # the tier's run of this module: overlaid in one chart
+        r = kvprov("loadtest", "--compare", str(RUNS["lab"]), str(tmp_path / "loadtest.json"),
+                   "--out", str(tmp_path / "compare"), timeout=300)
+        assert r.returncode == 0 and (tmp_path / "compare" / "compare.png").stat().st_size > 10_000, r.stderr
 
 
 # ---------------------------------------------------------------------------- the GPU engines, config only
