@@ -1006,7 +1006,7 @@ def engine_rules(h: HostView) -> list[Problem]:
     engine = h.get("kvprov_engine")
     if engine not in ENGINES:
         return []
-    out = _other_engines_settings(h, engine) + _exposure(h) + _s3_without_credentials(h)
+    out = _other_engines_settings(h, engine) + _exposure(h) + _s3_without_credentials(h) + _evict_marks(h)
     instances = h.get(instances_var(h)) or []
     out += _instance_ports(h, engine, instances)
     rules = {"vllm_offload": _vllm_offload, "lmcache_mp": _lmcache_mp, "lmcache_inproc": _lmcache_inproc}
@@ -1141,6 +1141,26 @@ def _lmcache_inproc(h: HostView) -> list[Problem]:
                              f"{key} is set by kvprov's own variables (kvprov_lmcache_inproc_*): remove it here",
                              key))
     return out
+
+
+# ---- capacity (kvprov-evict, docs/capacity.md)
+
+def _evict_marks(h: HostView) -> list[Problem]:
+    """The evictor starts at the high mark and stops under the low one: low must be below high."""
+    high, low = h.get("kvprov_engine_evict_high_percent"), h.get("kvprov_engine_evict_low_percent")
+    if is_int(high) and is_int(low) and 0 <= low < 100 and 0 < high <= 100 and low >= high:  # else: range rules
+        return [h.problem("kvprov_engine_evict_low_percent",
+                          f"{low} is not below kvprov_engine_evict_high_percent {high}: the evictor stops under the "
+                          f"low mark once the high one is reached; set it lower, e.g. {max(high - 10, 0)}")]
+    return []
+
+
+VALUE_RULES.update({
+    "kvprov_engine_evict_high_percent": int_range(1, 100, note=" (percent of the volume, and of the limit)"),
+    "kvprov_engine_evict_low_percent": int_range(0, 99, note=" (percent, below the high mark)"),
+    "kvprov_engine_evict_max_bytes": int_range(0, note=" (bytes per instance directory; 0: the volume's marks only)"),
+    "kvprov_engine_evict_interval_s": int_range(10, 86400, note=" (seconds between runs)"),
+})
 
 
 # ---- NIXL storage directories
