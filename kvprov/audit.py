@@ -9,7 +9,10 @@ hosts in parallel (playbooks/collect.yml without its I/O and NIXL probes):
   (warnings);
 - the live mount (source, options, transport) and its persistence (the mount unit);
 - unit enabled/active states, required OS packages, pinned versions in the venvs, and the
-  engine's storage directories.
+  engine's storage directories;
+- with the storage directories, the KV volume's space and inodes in use and each instance
+  directory's size (a warning when the volume is nearly full; --prom exports the figures
+  as gauges).
 
 Exit codes: 0 no drift (warnings allowed), 1 drift found, 2 bad inventory or usage,
 3 a host could not be audited (unreachable or collector error; the others are reported).
@@ -24,13 +27,18 @@ import difflib
 import posixpath
 import sys
 import time
+from dataclasses import dataclass
 
 from kvprov import check, deploy, lock, redact, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import bundle as bf
 from kvprov.validate import parsers, report
 from kvprov.validate.bundle import Bundle, Desired, FileProblem
-from kvprov.validate.checks.engine import engine_storage_dir  # (importing kvprov.validate.checks registers CHECKS)
+from kvprov.validate.checks.engine import (  # (importing kvprov.validate.checks registers CHECKS)
+    dir_usage,
+    engine_storage_dir,
+    volume_usage,
+)
 from kvprov.validate.collect import CAPTURE_TASK, bundle_files
 from kvprov.validate.context import CHECKS, Context, run_check
 from kvprov.validate.report import write_file, write_reports
@@ -152,6 +160,62 @@ def audit(b: Bundle, d: Desired) -> list[Result]:
     return results
 
 
+@dataclass(frozen=True)
+class Gauge:
+    """One capacity figure of a host for the Prometheus textfile."""
+
+    name: str  # kvprov_storage_volume_used_bytes, ...
+    labels: tuple[tuple[str, str], ...]
+    value: int
+
+
+VOLUME_GAUGES = (("size_bytes", "The KV volume's size as df counts it (used + available to users), bytes."),
+                 ("used_bytes", "The KV volume's space in use, bytes."),
+                 ("inodes", "The KV volume's inodes (0: the filesystem does not count them)."),
+                 ("inodes_used", "The KV volume's inodes in use."))
+DIR_GAUGES = (("bytes", "Space an engine instance's KV directory takes (du), bytes."),
+              ("files", "Files in an engine instance's KV directory."),
+              ("complete", "1 when the directory was walked to the end within the collector's timeout, else 0."))
+
+
+def capacity_gauges(b: Bundle, d: Desired) -> list[Gauge]:
+    """The capacity figures of one host's capture (pure); none that were not measured."""
+    c = Context(b, d)
+    out: list[Gauge] = []
+    try:
+        vol = volume_usage(c) or {}
+        dirs = {i: dir_usage(c, i) or {} for i in d.instances if i.storage_dir}
+    except FileProblem:
+        return []  # the capacity check reports it
+    def figure(usage: dict, key: str) -> int | None:  # "complete" is a boolean, the rest counts
+        value = usage.get(key)
+        if key == "complete":
+            return int(value) if isinstance(value, bool) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    labels = (("host", d.host), ("mount_point", d.mount_point))
+    out += [Gauge(f"kvprov_storage_volume_{k}", labels, v) for k, _ in VOLUME_GAUGES
+            if (v := figure(vol, k)) is not None]
+    for inst, usage in dirs.items():
+        labels = (("host", d.host), ("instance", inst.name), ("path", inst.storage_dir))
+        out += [Gauge(f"kvprov_engine_storage_dir_{k}", labels, v) for k, _ in DIR_GAUGES
+                if (v := figure(usage, k)) is not None]
+    return out
+
+
+def gauge_lines(gauges: list[Gauge]) -> list[str]:
+    lines = []
+    for prefix, figures in (("kvprov_storage_volume_", VOLUME_GAUGES), ("kvprov_engine_storage_dir_", DIR_GAUGES)):
+        for key, help_ in figures:
+            name = prefix + key
+            these = [g for g in gauges if g.name == name]
+            if these:
+                lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
+                lines += [name + "{" + ",".join(f'{k}="{_label(v)}"' for k, v in g.labels) + "} " + str(g.value)
+                          for g in these]
+    return lines
+
+
 def unreachable_result(host: str, message: str) -> Result:
     return Result("host.reachable", "host", FAIL, "the host answers over Ansible", show(message, 400),
                   "check ssh to the host (`ansible -i INVENTORY HOST -m ping`), then audit again", host)
@@ -167,8 +231,9 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def to_prom(results: list[Result], now: float) -> str:
-    """Prometheus textfile (node_exporter's textfile collector): drift per host and check."""
+def to_prom(results: list[Result], now: float, gauges: list[Gauge] = ()) -> str:
+    """Prometheus textfile (node_exporter's textfile collector): drift per host and check, and
+    the capacity figures."""
     lines = ["# HELP kvprov_audit_drift 1 when kvprov audit found this check drifted on this host, else 0.",
              "# TYPE kvprov_audit_drift gauge"]
     per_host: dict[str, list[Result]] = report.by_host(results)
@@ -188,6 +253,7 @@ def to_prom(results: list[Result], now: float) -> str:
     lines += ["# HELP kvprov_audit_last_run_timestamp_seconds When kvprov audit ran.",
               "# TYPE kvprov_audit_last_run_timestamp_seconds gauge",
               f"kvprov_audit_last_run_timestamp_seconds {now:.0f}"]
+    lines += gauge_lines(list(gauges))
     return "\n".join(lines) + "\n"
 
 
@@ -206,16 +272,20 @@ def format_before_after(before: list[Result], after: list[Result], hosts: list[s
 
 # ---------------------------------------------------------------------------- live (I/O)
 
-def gather(inventory: str, limit: str | None, timeout: int) -> list[Result]:
-    """Capture every host in one module call each (hosts in parallel), then audit each capture."""
+def gather(inventory: str, limit: str | None, timeout: int) -> tuple[list[Result], list[Gauge]]:
+    """Capture every host in one module call each (hosts in parallel), then audit each capture:
+    the results, and the hosts' capacity figures."""
     result = runner.run("collect.yml", inventory, name="audit", limit=limit, stream=sys.stderr,
                         capture=CAPTURE_TASK,
                         extravars={"kvprov_collect_timeout": timeout, "kvprov_collect_probes": False})
     results: list[Result] = []
+    gauges: list[Gauge] = []
     for host, captured in sorted(result.captured.items()):
         b = Bundle(files=bundle_files(captured))
         try:
-            results += audit(b, bf.load_desired(b))
+            desired = bf.load_desired(b)
+            results += audit(b, desired)
+            gauges += capacity_gauges(b, desired)
         except bf.DesiredError as e:
             results.append(unreachable_result(host, f"the collector returned no usable desired state: {e}"))
     for f in result.failures:
@@ -223,7 +293,7 @@ def gather(inventory: str, limit: str | None, timeout: int) -> list[Result]:
                                           + f.message))
     if not results and result.rc != 0:
         raise KvprovError(f"audit: ansible-playbook failed (artifacts: {result.artifacts})", EXIT_UNREACHABLE)
-    return results
+    return results, gauges
 
 
 def add_parser(sub) -> None:
@@ -243,10 +313,10 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_audit)
 
 
-def _outputs(args, results: list[Result]) -> None:
+def _outputs(args, results: list[Result], gauges: list[Gauge]) -> None:
     write_reports(args, results, "kvprov audit", everything=args.verbose)
     if args.prom:
-        write_file(args.prom, to_prom(results, time.time()), mode=0o644)  # node_exporter reads it
+        write_file(args.prom, to_prom(results, time.time(), gauges), mode=0o644)  # node_exporter reads it
 
 
 def _exit_code(results: list[Result]) -> int:
@@ -260,11 +330,11 @@ def cmd_audit(args) -> int:
         raise KvprovError("--allow-remount goes with --fix", EXIT_USAGE)
     check.require_valid(args.inventory)
     t0 = time.monotonic()
-    results = gather(args.inventory, args.limit, args.timeout)
+    results, gauges = gather(args.inventory, args.limit, args.timeout)
     summary = (f"audit: {len({r.host for r in results})} host(s) in {time.monotonic() - t0:.1f}s; "
                f"drift on: {', '.join(drifted(results)) or 'none'}")
     if not (args.fix and drifted(results)):
-        _outputs(args, results)
+        _outputs(args, results, gauges)
         print(summary, file=sys.stderr if args.json == "-" else sys.stdout)
         return _exit_code(results)
 
@@ -278,8 +348,8 @@ def cmd_audit(args) -> int:
         deployed = runner.run("site.yml", args.inventory, name="audit-fix", extravars=extravars,
                               limit=",".join(hosts))
     runner.print_summary(deployed, sys.stderr)
-    again = gather(args.inventory, ",".join(hosts), args.timeout)
+    again, again_gauges = gather(args.inventory, ",".join(hosts), args.timeout)
     after = [r for r in results if r.host not in hosts] + again
-    _outputs(args, after)
+    _outputs(args, after, [g for g in gauges if dict(g.labels)["host"] not in hosts] + again_gauges)
     print(format_before_after(results, again, hosts), file=sys.stderr if args.json == "-" else sys.stdout)
     return _exit_code(after)

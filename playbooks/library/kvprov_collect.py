@@ -120,6 +120,66 @@ for path in sys.argv[1:]:
 print(json.dumps(out))
 """
 
+# The volume's use (statvfs, as df counts it) and each instance directory's size, on a shared
+# volume: never through a link (O_NOFOLLOW, lstat), on that filesystem only, one open
+# directory per level. A directory too large to walk within argv[1] seconds gives the figures
+# so far, marked incomplete (the parent's timeout, a little longer, catches a hung mount).
+USAGE_PROBE = r"""
+import json, os, stat, sys, time
+deadline = time.monotonic() + float(sys.argv[1])
+FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+def walk(fd, dev, acc):
+    with os.scandir(fd) as it:
+        entries = list(it)
+    for e in entries:
+        if time.monotonic() > deadline:
+            acc["complete"] = False
+            return
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            acc["unreadable"] += 1
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            if st.st_dev != dev:
+                continue
+            try:
+                child = os.open(e.name, FLAGS, dir_fd=fd)
+            except OSError:
+                acc["unreadable"] += 1
+                continue
+            try:
+                walk(child, dev, acc)
+            except OSError:
+                acc["unreadable"] += 1
+            finally:
+                os.close(child)
+        else:
+            acc["bytes"] += st.st_blocks * 512
+            acc["files"] += 1
+out = {}
+try:
+    v = os.statvfs(sys.argv[2])
+    unit = v.f_frsize or v.f_bsize
+    used = (v.f_blocks - v.f_bfree) * unit
+    out[sys.argv[2]] = {"size_bytes": used + v.f_bavail * unit, "used_bytes": used, "avail_bytes": v.f_bavail * unit,
+                        "inodes": v.f_files, "inodes_used": v.f_files - v.f_ffree}
+except OSError as err:
+    out[sys.argv[2]] = {"error": str(err)}
+for path in sys.argv[3:]:
+    acc = {"bytes": 0, "files": 0, "unreadable": 0, "complete": True}
+    try:
+        fd = os.open(path, FLAGS)
+        try:
+            walk(fd, os.fstat(fd).st_dev, acc)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        acc = {"error": str(err)}
+    out[path] = acc
+print(json.dumps(out))
+"""
+
 
 def run(cmd: list, timeout: float, stdin: str | None = None) -> tuple:
     """(rc, stdout, stderr, timed_out). A child that will not die is left behind."""
@@ -404,6 +464,14 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
         w_rc = run(["runuser", "-u", engine["user"], "--", "test", "-w", path], timeout)[0] if e["exists"] else 1
         e["writable_by_service_user"] = w_rc == 0
         entries[name] = e
+    # As the engine user: what it can read is what its engine and evictor use (root may be squashed on
+    # the export); the walk's own budget leaves the child time to report before the timeout kills it.
+    rc, so, se, to = run(["runuser", "-u", engine["user"], "--", sys.executable, "-c", USAGE_PROBE,
+                          str(max(1, timeout * 0.8)), *paths.values()], timeout)
+    usage = json.loads(so) if rc == 0 and so.strip() else {}
+    for name, path in paths.items():
+        entries[name]["usage"] = usage.get(path) or {"error": f"timed out after {timeout}s (hung mount?)" if to
+                                                      else (se.strip()[-300:] or f"exited {rc}")}
     out["storage_dirs.json"] = json.dumps({"mount_point": entries.pop(""), "instances": entries}, indent=2)
 
     if probes:

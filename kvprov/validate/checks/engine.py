@@ -8,7 +8,9 @@ engine.<instance>.<suffix>, category engine):
 - storage_env  the storage directory the engine is configured with is the instance's own,
                on the KV mount (not /tmp, not local disk); skipped for an engine without a
                KV tier (vllm_baseline)
-- storage_dir  that directory exists, on the KV mount, writable by the service user
+- storage_dir  that directory exists, on the KV mount, writable by the service user; with
+               the KV volume's space and inodes in use and the directory's size as the
+               engine user sees them (a warning from FULL_PERCENT up, docs/capacity.md)
 - health       /health answers (and lmcache_mp's server its /metrics)
 - cache        the cache counters the engine exposes (vLLM's prefix and connector caches,
                LMCache MP's L1/L2): exposed, and the connector really consulted
@@ -323,7 +325,84 @@ def engine_storage_dir(c: Context, inst: Instance) -> Result:
                                    "fails while /health stays green",
                    f"`chown {user}:{user} {path} && chmod 0750 {path}` (with root squash on the export, create it "
                    f"as {user}), or {c.deploy(TAGS)}")
-    return res(PASS, expected, f"{show(path)} ({owner}) on {where}")
+    figures, warning = capacity(c, inst)
+    found = f"{show(path)} ({owner}) on {where}" + (f"; {figures}" if figures else "")
+    return res(WARN if warning else PASS, expected, found, warning)
+
+
+# ---------------------------------------------------------------------------- capacity
+
+FULL_PERCENT = 95  # of the KV volume's space or inodes: warn (stores fail once it is full)
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} PiB"
+
+
+def _ints(d: dict, *keys: str) -> tuple[int, ...] | None:
+    values = tuple(d.get(k) for k in keys)
+    return values if all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values) else None
+
+
+def volume_usage(c: Context) -> dict | None:
+    """The KV volume's figures (storage_dirs.json, mount_point.usage): size_bytes, used_bytes,
+    inodes, inodes_used; None when not captured (an older collector)."""
+    usage = c.storage_entry().get("usage")
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        raise FileProblem(bf.STORAGE_DIRS, "mount_point.usage is not an object")
+    return usage
+
+
+def dir_usage(c: Context, inst: Instance) -> dict | None:
+    """The instance directory's size (instances.<name>.usage): bytes, files, complete."""
+    usage = c.storage_entry(inst.name).get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        raise FileProblem(bf.STORAGE_DIRS, f"instances.{inst.name}.usage is not an object")
+    return usage
+
+
+def capacity(c: Context, inst: Instance) -> tuple[str, str]:
+    """The capacity figures as text ("" when not captured: an older collector), and the fix
+    when the volume is nearly full or could not be measured ("" otherwise)."""
+    vol, d = volume_usage(c), dir_usage(c, inst)
+    if vol is None and d is None:
+        return "", ""
+    found, full, unmeasured = [], [], []
+    v = _ints(vol or {}, "size_bytes", "used_bytes", "inodes", "inodes_used")
+    if v:
+        size, used, inodes, inodes_used = v
+        space_pct = 100 * used / size if size else 0.0
+        inode_pct = 100 * inodes_used / inodes if inodes else 0.0
+        found.append(f"volume {space_pct:.1f}% of {human_bytes(size)} used, inodes "
+                     + (f"{inode_pct:.1f}% of {inodes}" if inodes else "not counted"))
+        full += [f"space {space_pct:.1f}%"] if space_pct >= FULL_PERCENT else []
+        full += [f"inodes {inode_pct:.1f}%"] if inode_pct >= FULL_PERCENT else []
+    else:
+        unmeasured.append(f"the volume: {show((vol or {}).get('error', 'no figures'), 200)}")
+    n = _ints(d or {}, "bytes", "files")
+    if n:
+        found.append(f"directory {human_bytes(n[0])} in {n[1]} files"
+                     + ("" if (d or {}).get("complete", True) is True else " so far (the walk ran out of time)"))
+    else:
+        unmeasured.append(f"the directory: {show((d or {}).get('error', 'no figures'), 200)}")
+    text = "; ".join(found + [f"could not measure {u}" for u in unmeasured])
+    evictor = f"kvprov-evict-{inst.name}"
+    if full:
+        return text, (f"the KV volume is nearly full ({', '.join(full)}): stores fail once it is full while /health "
+                      f"stays green. Where kvprov runs an evictor, read `journalctl -u {evictor}.service` and "
+                      f"`systemctl status {evictor}.timer`; lower kvprov_engine_evict_high_percent or set "
+                      "kvprov_engine_evict_max_bytes (docs/capacity.md); otherwise grow the volume")
+    if unmeasured:
+        return text, ("a hung or slow mount? see mount.io_probe, then collect again (a larger --timeout lets a "
+                      "huge directory be walked)")
+    return text, ""
 
 
 @instance_check("health")
