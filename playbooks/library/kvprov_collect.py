@@ -466,7 +466,8 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
         entries[name] = e
     # As the engine user: what it can read is what its engine and evictor use (root may be squashed on
     # the export); the walk's own budget leaves the child time to report before the timeout kills it.
-    rc, so, se, to = run(["runuser", "-u", engine["user"], "--", sys.executable, "-c", USAGE_PROBE,
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # the user can run it
+    rc, so, se, to = run(["runuser", "-u", engine["user"], "--", python, "-c", USAGE_PROBE,
                           str(max(1, timeout * 0.8)), *paths.values()], timeout)
     usage = json.loads(so) if rc == 0 and so.strip() else {}
     for name, path in paths.items():
