@@ -43,7 +43,8 @@ def rollout(path: str) -> dict:
 
 def cmd_deploy(args) -> int:
     hosts = check.require_valid(args.inventory)
-    print(f"deploy: {len(hosts)} host(s){' (check mode: no changes)' if args.check else ''}", file=sys.stderr)
+    print(f"deploy: {len(hosts)} host(s) in the inventory{f', limited to {args.limit}' if args.limit else ''}"
+          f"{' (check mode: no changes)' if args.check else ''}", file=sys.stderr)
     command = "deploy --check" if args.check else "deploy"
     extravars = {**lock.host_lock_vars(args.inventory, command), **rollout(args.inventory)}
     if args.stop_engines and not args.allow_remount:

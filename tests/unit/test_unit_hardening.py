@@ -28,7 +28,7 @@ def rendered(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def units(rendered) -> list[Path]:
     found = sorted(rendered.glob("*/etc/systemd/system/*.service"))
-    assert {p.stem.split("-")[1] for p in found} == {"sglang", "vllm", "lmcache", "soft", "shm"}
+    assert {p.stem.split("-")[1] for p in found} == {"sglang", "vllm", "lmcache", "soft", "shm", "evict"}
     return found
 
 
