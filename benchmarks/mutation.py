@@ -1,0 +1,920 @@
+#!/usr/bin/env python3
+"""Mutation score of the checking code against the unit suite (prints figures; not a test).
+
+    python3 benchmarks/mutation.py [--module PATH ...] [--jobs N] [--json FILE]
+
+Each mutant is one small deliberate bug (an operator, a comparison, a constant, a
+condition, a returned value, a dropped call) planted in one of the modules below; the
+unit tests that execute the mutated line run against it, and the mutant is killed when
+one of them fails (or runs past its timeout). The score is killed / (mutants - the
+equivalent ones listed in benchmarks/mutation-equivalent.txt). A module's mutants no
+unit test executes count as survivors ("not covered").
+
+Everything runs on private copies of the checkout in a temporary directory, one per job:
+the checkout itself is never written to, even if the run is interrupted.
+
+How it stays fast on two cores: the unit tests are run once with line tracing (in-process
+and in the `kvprov` subprocesses they start) to learn which tests execute which line; then
+each job imports the tests once and, per mutant, forks: the child swaps the mutated
+function's code object in place (or, for a mutant outside any function, re-imports the
+project from its copy, where the mutated file was written) and runs only the tests that
+execute the mutated line, fastest first, stopping at the first failure.
+
+Strings containing whitespace (messages, help texts) and docstrings are not mutated: the
+mutants are the code's decisions and the names it looks up, not its prose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULES = ["kvprov/mountstats.py", "kvprov/validate", "kvprov/audit.py", "kvprov/check.py",
+           "kvprov/inventory.py", "roles/kvcache_mount/library/kvprov_mount_state.py"]
+EQUIVALENT = ROOT / "benchmarks/mutation-equivalent.txt"
+RESULTS = ROOT / "benchmarks/results"
+# The unit test files that may run against each module's mutants (fnmatch patterns under
+# tests/unit); of these, each mutant runs only the tests that execute its line.
+TESTS_FOR = {
+    "kvprov/mountstats.py": ["test_mountstats*.py", "test_validate_*.py", "test_audit*.py", "test_testinfra_checks.py"],
+    "kvprov/validate/": ["test_validate_*.py", "test_audit*.py", "test_mount_state*.py", "test_mountstats*.py",
+                         "test_testinfra_checks.py", "test_collect*.py", "test_bundle*.py", "test_report*.py",
+                         "test_checks_*.py"],
+    "kvprov/audit.py": ["test_audit*.py", "test_validate_*.py"],
+    "kvprov/check.py": ["test_check*.py", "test_inventory*.py", "test_preflight.py", "test_storage_check_rules.py",
+                        "test_secrets.py", "test_engine_configs.py"],
+    "kvprov/inventory.py": ["test_inventory*.py", "test_check*.py", "test_preflight.py", "test_storage_check_rules.py",
+                            "test_secrets.py", "test_engine_configs.py"],
+    "roles/kvcache_mount/library/kvprov_mount_state.py": ["test_mount_state*.py", "test_validate_*.py",
+                                                          "test_audit*.py", "test_testinfra_checks.py"],
+}
+SLOW = 3.0  # seconds (traced): a test this slow runs ansible or an engine; it is left out of the mutant runs
+PYTEST_ARGS = ["-q", "-x", "--no-header", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts="]
+
+
+# ---------------------------------------------------------------------------- mutants
+
+@dataclass
+class Mutant:
+    path: str           # relative to the checkout
+    line: int
+    scope: str          # qualname of the outermost function or method holding it, or "<module>"
+    change: str         # "`a == b` -> `a != b`"
+    source: str = field(repr=False, default="")
+    id: str = ""
+    status: str = ""    # killed | timeout | survived | not covered | equivalent | error
+    tests: int = 0
+    seconds: float = 0.0
+    run: list = field(repr=False, default_factory=list)  # the tests to run, fastest first
+    again: list | None = field(repr=False, default=None)  # module-level statements to run again to plant it
+
+    def where(self) -> str:
+        return f"{self.path}:{self.line} ({self.scope}): {self.change}"
+
+
+BINOPS = {ast.Add: ("+", "-"), ast.Sub: ("-", "+"), ast.Mult: ("*", "/"), ast.Div: ("/", "*"),
+          ast.FloorDiv: ("//", "/"), ast.Mod: ("%", "//"), ast.BitOr: ("|", "&"), ast.BitAnd: ("&", "|")}
+CMPOPS = {ast.Eq: ("==", "!="), ast.NotEq: ("!=", "=="), ast.Lt: ("<", "<="), ast.LtE: ("<=", "<"),
+          ast.Gt: (">", ">="), ast.GtE: (">=", ">"), ast.In: ("in", "not in"), ast.NotIn: ("not in", "in"),
+          ast.Is: ("is", "is not"), ast.IsNot: ("is not", "is")}
+BOOLOPS = {ast.And: ("and", "or"), ast.Or: ("or", "and")}
+OP_RE = {"in": r"(?<![\w.])in(?!\w)", "not in": r"(?<![\w.])not\s+in(?!\w)", "is": r"(?<![\w.])is(?!\s+not)(?!\w)",
+         "is not": r"(?<![\w.])is\s+not(?!\w)", "and": r"(?<![\w.])and(?!\w)", "or": r"(?<![\w.])or(?!\w)"}
+
+
+class _Finder(ast.NodeVisitor):
+    """Collects (start, end, replacement, scope) edits on one module's source."""
+
+    def __init__(self, text: str):
+        self.lines = text.splitlines(keepends=True)
+        self.offsets = [0]
+        for ln in self.lines:
+            self.offsets.append(self.offsets[-1] + len(ln.encode()))
+        self.raw = text.encode()
+        self.edits: list[tuple[int, int, str, str, int, str]] = []  # start, end, new, scope, line, change
+        self.scope: list[str] = []  # the classes around, at module level
+        self.function = ""
+        self.limits: set[int] = set()  # ids of the constants left alone (see _limit)
+        self.func_depth = 0
+        self.skip_lines = {i + 1 for i, ln in enumerate(self.lines) if "pragma: no mutate" in ln}
+
+    def pos(self, line: int, col: int) -> int:
+        return self.offsets[line - 1] + col
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return self.pos(node.lineno, node.col_offset), self.pos(node.end_lineno, node.end_col_offset)
+
+    def text(self, a: int, b: int) -> str:
+        return self.raw[a:b].decode()
+
+    def cur_scope(self) -> str:
+        return self.function if self.func_depth else "<module>"
+
+    def add(self, node: ast.AST, a: int, b: int, new: str) -> None:
+        if node.lineno in self.skip_lines:
+            return
+        na, nb = self.span(node)
+        before = self.text(na, nb)
+        after = self.text(na, a) + new + self.text(b, nb)
+        short = lambda s: " ".join(s.split())[:90]  # noqa: E731
+        self.edits.append((a, b, new, self.cur_scope(), node.lineno, f"`{short(before)}` -> `{short(after)}`"))
+
+    def op_between(self, node: ast.AST, left: ast.AST, right: ast.AST, op: str, new: str) -> None:
+        a, b = self.span(left)[1], self.span(right)[0]
+        seg = self.text(a, b)
+        pattern = OP_RE.get(op, re.escape(op))
+        hits = [m for m in re.finditer(pattern, seg)]
+        if len(hits) != 1 or "#" in seg:
+            return
+        m = hits[0]
+        self.add(node, a + len(seg[:m.start()].encode()), a + len(seg[:m.end()].encode()), new)
+
+    # -- scopes: mutants inside a function body belong to its outermost function/method
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for d in node.decorator_list:
+            self.visit(d)
+        for kw in node.keywords:
+            self.visit(kw)
+        if not self.func_depth:
+            self.scope.append(node.name)
+        self._body(node.body)
+        if not self.func_depth:
+            self.scope.pop()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        for d in node.decorator_list:
+            self.visit(d)
+        for default in node.args.defaults + [d for d in node.args.kw_defaults if d]:
+            self.visit(default)
+        if node.name == "add_parser":  # argparse wiring: exercised by the CLI tests, not the checks
+            return
+        if not self.func_depth:
+            self.function = ".".join(self.scope + [node.name])
+        self.func_depth += 1
+        self._body(node.body)
+        self.func_depth -= 1
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def _body(self, body: list[ast.stmt]) -> None:
+        for i, stmt in enumerate(body):
+            if i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) \
+                    and isinstance(stmt.value.value, str):
+                continue  # docstring
+            self.visit(stmt)
+
+    def visit_If(self, node: ast.If) -> None:
+        if isinstance(node.test, ast.Compare) and any(isinstance(n, ast.Constant) and n.value == "__main__"
+                                                      for n in node.test.comparators):
+            return
+        if not self.func_depth and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            return
+        self._negate(node.test)
+        self.generic_visit(node)
+
+    def visit_While(self, node: ast.While) -> None:
+        self._negate(node.test)
+        self.generic_visit(node)
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self._negate(node.test)
+        self.generic_visit(node)
+
+    def _negate(self, test: ast.expr) -> None:
+        if isinstance(test, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+            a, b = self.span(test)
+            self.add(test, a, b, f"not {self.text(a, b)}")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value:
+            self.visit(node.value)
+
+    def visit_arg(self, node: ast.arg) -> None:
+        pass  # annotations
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        kind = BINOPS.get(type(node.op))
+        string_format = isinstance(node.op, ast.Mod) and isinstance(node.left, (ast.Constant, ast.JoinedStr))
+        if kind and not string_format:
+            self.op_between(node, node.left, node.right, *kind)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        kind = BINOPS.get(type(node.op))
+        if kind:
+            self.op_between(node, node.target, node.value, kind[0] + "=", kind[1] + "=")
+        self.generic_visit(node)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        left = node.left
+        for op, right in zip(node.ops, node.comparators):
+            kind = CMPOPS.get(type(op))
+            if kind:
+                self.op_between(node, left, right, *kind)
+            left = right
+        self.generic_visit(node)
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        kind = BOOLOPS[type(node.op)]
+        for left, right in zip(node.values, node.values[1:]):
+            self.op_between(node, left, right, *kind)
+        self.generic_visit(node)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
+        if isinstance(node.op, ast.Not):
+            a = self.span(node)[0]
+            keyword = re.match(r"not\s*", self.text(a, self.span(node.operand)[0]))
+            self.add(node, a, a + keyword.end(), "")
+        self.generic_visit(node)
+
+    def visit_Return(self, node: ast.Return) -> None:
+        if node.value is not None and not (isinstance(node.value, ast.Constant) and node.value.value is None):
+            a, b = self.span(node.value)
+            self.add(node, a, b, "None")
+        self.generic_visit(node)
+
+    def visit_Expr(self, node: ast.Expr) -> None:
+        if isinstance(node.value, ast.Call) and self.func_depth:
+            a, b = self.span(node)
+            self.add(node, a, b, "pass")  # the call dropped
+        self.generic_visit(node)
+
+    def visit_Break(self, node: ast.Break) -> None:
+        self.add(node, *self.span(node), "continue")
+
+    def visit_Continue(self, node: ast.Continue) -> None:
+        self.add(node, *self.span(node), "break")
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        for v in node.values:
+            if isinstance(v, ast.FormattedValue):
+                self.visit(v.value)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        for arg in [*node.args, *(k.value for k in node.keywords)]:
+            self._limit(arg)
+        self.generic_visit(node)
+
+    def visit_Slice(self, node: ast.Slice) -> None:
+        for bound in (node.lower, node.upper, node.step):
+            self._limit(bound)
+        self.generic_visit(node)
+
+    def _limit(self, node: ast.AST | None) -> None:
+        """A number of 20 or more given to a call or a slice is a display width, a
+        truncation or a timeout: +1 on it is no bug a test should pin."""
+        if isinstance(node, ast.Constant) and type(node.value) is int and node.value >= 20:
+            self.limits.add(id(node))
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if id(node) in self.limits:
+            return
+        v = node.value
+        a, b = self.span(node)
+        if isinstance(v, bool):
+            self.add(node, a, b, str(not v))
+        elif isinstance(v, int):
+            self.add(node, a, b, str(v + 1))
+        elif isinstance(v, float):
+            self.add(node, a, b, repr(v + 1.0))
+        elif isinstance(v, str) and not any(c.isspace() for c in v) and node.lineno == node.end_lineno:
+            src = self.text(a, b)
+            q = re.match(r"[rbuRBU]*('''|\"\"\"|'|\")", src)
+            if q:
+                prefix = src[:q.end()]
+                self.add(node, a, b, prefix + "XX" + src[q.end():-len(q[1])] + "XX" + q[1])
+
+
+def mutants_of(root: Path, rel: str) -> list[Mutant]:
+    text = (root / rel).read_text()
+    tree = ast.parse(text)
+    finder = _Finder(text)
+    finder.visit(tree)
+    out: list[Mutant] = []
+    seen: dict[str, int] = {}
+    raw = text.encode()
+    for a, b, new, scope, line, change in finder.edits:
+        src = (raw[:a] + new.encode() + raw[b:]).decode()  # compiled in the job (one that does not: an error)
+        key = f"{rel}::{scope}::{change}"
+        seen[key] = seen.get(key, 0) + 1
+        m = Mutant(rel, line, scope, change, src, key + (f" #{seen[key]}" if seen[key] > 1 else ""))
+        out.append(m)
+    return out
+
+
+def test_patterns(rel: str) -> list[str]:
+    return next(pats for key, pats in TESTS_FOR.items() if rel.startswith(key))
+
+
+def target_files(root: Path, modules: list[str]) -> list[str]:
+    out = []
+    for m in modules:
+        p = root / m
+        files = sorted(p.rglob("*.py")) if p.is_dir() else [p]
+        if not files or not all(f.is_file() for f in files):
+            raise SystemExit(f"mutation: {m}: no such module under {root}")
+        out += [str(f.relative_to(root)) for f in files]
+    return out
+
+
+def read_equivalent(path: Path) -> dict[str, str]:
+    """ID  # why  (one a line; blank lines and lines starting with # are comments)"""
+    out = {}
+    if path.exists():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            ident, sep, why = line.partition("  # ")
+            if not sep or not why.strip():
+                raise SystemExit(f"{path}:{n}: an equivalent mutant needs its explanation: ID  # why")
+            out[ident.strip()] = why.strip()
+    return out
+
+
+# ---------------------------------------------------------------------------- private copies
+
+def copy_checkout(src: Path, dst: Path) -> None:
+    """The checkout's files (tracked, and untracked but not ignored) into dst."""
+    try:
+        names = subprocess.run(["git", "-C", str(src), "ls-files", "-z", "-co", "--exclude-standard"],
+                               check=True, capture_output=True).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        names = [str(p.relative_to(src)) for p in src.rglob("*")
+                 if p.is_file() and ".git" not in p.parts and "__pycache__" not in p.parts]
+    for name in filter(None, names):
+        s = src / name
+        if s.is_file() and not s.is_symlink():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(s, dst / name)
+        elif s.is_symlink():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(s), dst / name)
+
+
+def child_env(copy: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(copy), **(extra or {}))
+    env.pop("PYTEST_ADDOPTS", None)
+    return env
+
+
+# ---------------------------------------------------------------------------- phase 1: which test runs which line
+
+SITECUSTOMIZE = '''
+import atexit, json, os, sys, threading
+_files = set(os.environ["MUT_TRACE_FILES"].split(os.pathsep))
+_lines = set()
+def _local(frame, event, arg):
+    if event == "line":
+        _lines.add((frame.f_code.co_filename, frame.f_lineno))
+    return _local
+def _global(frame, event, arg):
+    return _local if frame.f_code.co_filename in _files else None
+sys.settrace(_global)
+threading.settrace(_global)
+@atexit.register
+def _dump():
+    sys.settrace(None)
+    if _lines:
+        out = os.path.join(os.environ["MUT_TRACE_DIR"], "%d.json" % os.getpid())
+        with open(out, "w") as f:
+            json.dump({"test": os.environ.get("MUT_TRACE_TEST", ""), "lines": sorted(_lines)}, f)
+'''
+
+
+def trace_tests(copy: Path, files: list[str], tests: list[str], trace_dir: Path) -> dict:
+    """Runs in a fresh process inside `copy`: every test once, recording the lines of `files`
+    it executes (itself and its subprocesses), its duration and outcome."""
+    import threading
+
+    import pytest
+
+    wanted = {str(copy / f) for f in files}
+    per_test: dict[str, set] = {}
+    current: set = set()
+
+    def local(frame, event, arg):
+        if event == "line":
+            current.add((frame.f_code.co_filename, frame.f_lineno))
+        return local
+
+    def glob(frame, event, arg):
+        return local if frame.f_code.co_filename in wanted else None
+
+    class Plugin:
+        durations: dict[str, float] = {}
+        outcomes: dict[str, str] = {}
+
+        @pytest.hookimpl(hookwrapper=True)
+        def pytest_runtest_protocol(self, item, nextitem):
+            nonlocal current
+            current = set()
+            os.environ["MUT_TRACE_TEST"] = item.nodeid
+            sys.settrace(glob)
+            threading.settrace(glob)
+            t = time.monotonic()
+            yield
+            sys.settrace(None)
+            threading.settrace(None)
+            self.durations[item.nodeid] = time.monotonic() - t
+            per_test[item.nodeid] = current
+
+        def pytest_runtest_logreport(self, report):
+            if report.failed:
+                self.outcomes[report.nodeid] = "failed"
+            elif report.skipped:
+                self.outcomes.setdefault(report.nodeid, "skipped")
+            elif report.when == "call":
+                self.outcomes.setdefault(report.nodeid, "passed")
+
+    plugin = Plugin()
+    rc = pytest.main(["-q", "--no-header", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=", *tests],
+                     plugins=[plugin])
+    per_sub: dict[str, set] = {}
+    for dump in trace_dir.glob("*.json"):  # the kvprov subprocesses' lines
+        data = json.loads(dump.read_text())
+        per_sub.setdefault(data["test"], set()).update(map(tuple, data["lines"]))
+    out: dict = {"rc": int(rc), "durations": plugin.durations, "outcomes": plugin.outcomes}
+    for key, source in (("lines", per_test), ("subprocess_lines", per_sub)):
+        lines: dict[str, dict[str, list[int]]] = out.setdefault(key, {})
+        for test, hits in source.items():
+            if plugin.outcomes.get(test) != "passed":
+                continue
+            for filename, line in sorted(hits):
+                if filename in wanted:
+                    lines.setdefault(str(Path(filename).relative_to(copy)), {}).setdefault(test, []).append(line)
+    return out
+
+
+# ---------------------------------------------------------------------------- phase 2: one job
+
+def _live_functions(modules: list, qualname: str) -> list:
+    """The function objects (in every loaded copy of the module) named qualname."""
+    found = []
+    for mod in modules:
+        obj = mod
+        parts = qualname.split(".")
+        for part in parts:
+            obj = vars(obj).get(part) if hasattr(obj, "__dict__") else None
+            if isinstance(obj, (staticmethod, classmethod)):
+                obj = obj.__func__
+            elif isinstance(obj, property):
+                obj = obj.fget
+            if obj is None:
+                return []
+        while hasattr(obj, "__wrapped__"):
+            obj = obj.__wrapped__
+        if not hasattr(obj, "__code__"):
+            return []
+        found.append(obj)
+    return found
+
+
+def _code_named(code, qualname: str):
+    for const in code.co_consts:
+        if hasattr(const, "co_qualname"):
+            if const.co_qualname == qualname:
+                return const
+            inner = _code_named(const, qualname)
+            if inner is not None:
+                return inner
+    return None
+
+
+def worker(copy: Path, files: list[str], tests: list[str]) -> None:
+    """A job: one pytest session inside `copy` that collects the tests once; then per mutant
+    (a JSON line on stdin) it writes the mutated file, forks a child that plants the mutant
+    and runs the mutant's tests, restores the file and answers a JSON line on stdout."""
+    import gc
+    import types
+
+    import pytest
+    from _pytest.runner import runtestprotocol
+
+    jobs = os.fdopen(os.dup(0), "r")
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+
+    def loaded_copies() -> dict[str, list]:
+        modules: dict[str, list] = {}
+        for obj in gc.get_objects():
+            if isinstance(obj, types.ModuleType) and getattr(obj, "__file__", None):
+                try:
+                    rel = str(Path(obj.__file__).resolve().relative_to(copy))
+                except ValueError:
+                    continue
+                if rel in files:
+                    modules.setdefault(rel, []).append(obj)
+        return modules
+
+    def child(job: dict, items: dict, modules: dict, code) -> int:
+        live = _live_functions(modules.get(job["path"], []), job["scope"]) if job["scope"] != "<module>" else []
+        new = _code_named(code, live[0].__code__.co_qualname) if live else None
+        if job["again"] and modules.get(job["path"]):  # a constant: bind it (and those built from it) anew
+            lines = job["source"].splitlines(keepends=True)
+            for a, b in job["again"]:
+                stmt = compile("\n" * (a - 1) + "".join(lines[a - 1:b]), job["path"], "exec")
+                for mod in modules[job["path"]]:
+                    exec(stmt, vars(mod))
+        elif new is None:  # outside any function: a fresh session, importing the project from the mutated copy
+            for name in [n for n in sys.modules if n == "kvprov" or n.startswith(("kvprov.", "tests"))
+                         or n == "kvprov_mount_state"]:
+                del sys.modules[name]
+            return int(pytest.main([*PYTEST_ARGS, "-p", "no:xdist", *job["tests"]]))
+        for fn in live:
+            fn.__code__ = new
+        for nodeid in job["tests"]:
+            reports = runtestprotocol(items[nodeid], log=False, nextitem=None)
+            if any(r.failed for r in reports):
+                return 1
+        return 0
+
+    class Loop:
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtestloop(self, session):
+            items = {item.nodeid: item for item in session.items}
+            modules = loaded_copies()
+            print(json.dumps({"ready": True}), file=out)
+            for line in jobs:
+                job = json.loads(line)
+                missing = [t for t in job["tests"] if t not in items]
+                if missing:
+                    print(json.dumps({"id": job["id"], "status": f"error (not collected: {missing[0]})", "seconds": 0}),
+                          file=out)
+                    continue
+                path = copy / job["path"]
+                assert path.resolve().is_relative_to(copy), path
+                original = path.read_text()
+                path.write_text(job["source"])
+                t = time.monotonic()
+                pid = os.fork()
+                if pid == 0:
+                    os.setpgid(0, 0)
+                    try:
+                        code = compile(job["source"], job["path"], "exec")
+                    except SyntaxError:
+                        os._exit(7)
+                    try:
+                        rc = child(job, items, modules, code)
+                    except BaseException:
+                        rc = 1  # the mutant broke the import or the test machinery itself
+                    os._exit(rc)
+                status = "timeout"
+                deadline = t + job["timeout"]
+                while True:
+                    done, wstatus = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        code = os.waitstatus_to_exitcode(wstatus)
+                        status = {0: "survived", 1: "killed", 7: "error (does not compile)"}.get(code, f"error (exit {code})")
+                        break
+                    if time.monotonic() > deadline:
+                        try:
+                            os.killpg(pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                        os.waitpid(pid, 0)
+                        break
+                    time.sleep(0.005)
+                path.write_text(original)
+                print(json.dumps({"id": job["id"], "status": status, "seconds": round(time.monotonic() - t, 2)}),
+                      file=out)
+            return True
+
+    pytest.main([*PYTEST_ARGS, "-p", "no:xdist", *tests], plugins=[Loop()])
+
+
+# ---------------------------------------------------------------------------- the run
+
+def enclosing_lines(copy: Path, rel: str) -> dict[int, tuple[int, int]]:
+    """line -> (first, last) line of the statement holding it (a mutant on a multi-line
+    expression is run by the tests that execute any of its lines)."""
+    tree = ast.parse((copy / rel).read_text())
+    out: dict[int, tuple[int, int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.If, ast.For,
+                                                                ast.While, ast.With, ast.Try, ast.AsyncFunctionDef)):
+            for ln in range(node.lineno, node.end_lineno + 1):
+                first, last = out.get(ln, (node.lineno, node.end_lineno))
+                if node.end_lineno - node.lineno <= last - first:
+                    out[ln] = (node.lineno, node.end_lineno)
+    return out
+
+
+def trace(copy: Path, files: list[str], tests: list[str], tmp: Path) -> None:
+    site = tmp / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    trace_dir = tmp / "trace"
+    trace_dir.mkdir()
+    spec = tmp / "trace.json"
+    spec.write_text(json.dumps({"files": files, "tests": tests, "trace_dir": str(trace_dir),
+                                "out": str(tmp / "traced.json")}))
+    env = child_env(copy, {"MUT_TRACE_DIR": str(trace_dir),
+                           "MUT_TRACE_FILES": os.pathsep.join(str(copy / f) for f in files)})
+    env["PYTHONPATH"] = os.pathsep.join([str(copy), str(site)])
+    r = subprocess.run([sys.executable, str(copy / "benchmarks/mutation.py"), "--_trace", str(copy), str(spec)],
+                       cwd=copy, env=env, capture_output=True, text=True)
+    if r.returncode != 0 or not (tmp / "traced.json").exists():
+        print(r.stdout[-3000:], r.stderr[-3000:], sep="\n")
+        raise SystemExit("mutation: tracing the unit tests failed (above)")
+
+
+def module_level(copy: Path, rel: str, elsewhere: str) -> dict[int, tuple[list, list | None]]:
+    """line of a module-level statement -> (the line ranges whose tests can see a mutant in it,
+    the statements to run again to plant it, or None for a fresh import). For a constant: the
+    functions that read it, directly or through constants built from it (run again after it);
+    for a def's decorators and defaults: that function, by a fresh import. Absent where that
+    cannot be told (a name another module uses, a class body ...): every test of the module
+    runs, on a fresh import."""
+    tree = ast.parse((copy / rel).read_text())
+    functions = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    functions += [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body
+                  if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    assigns = [n for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))]
+
+    def loads(node: ast.AST) -> set[str]:
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+    def stores(node: ast.Assign | ast.AnnAssign) -> set[str] | None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not all(isinstance(t, ast.Name) for t in targets):
+            return None
+        names = {t.id for t in targets}
+        return None if any(re.search(rf"\b{n}\b", elsewhere) for n in names) else names
+
+    out: dict[int, tuple[list, list | None]] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            plan = ([(stmt.lineno, stmt.end_lineno)], None)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stores(stmt):
+            names, again = set(stores(stmt)), [stmt]
+            for later in assigns[assigns.index(stmt) + 1:]:  # constants built from this one
+                if loads(later) & names:
+                    more = stores(later)
+                    if more is None:
+                        break
+                    names |= more
+                    again.append(later)
+            else:
+                ranges = [(f.lineno, f.end_lineno) for f in functions if loads(f) & names]
+                if not ranges:
+                    continue
+                plan = (ranges, [(n.lineno, n.end_lineno) for n in again])
+                for ln in range(stmt.lineno, stmt.end_lineno + 1):
+                    out[ln] = plan
+            continue
+        else:
+            continue
+        for ln in range(stmt.lineno, stmt.end_lineno + 1):
+            out[ln] = plan
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--module", action="append", help="a file or directory to mutate (repeatable; default: all of "
+                    + ", ".join(MODULES) + ")")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--json", type=Path, default=RESULTS / "mutation.json")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary copies (their path is printed)")
+    ap.add_argument("--reuse-trace", type=Path, help=argparse.SUPPRESS)  # development: phase 1 read from/saved to FILE
+    ap.add_argument("--_trace", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--_worker", help=argparse.SUPPRESS)
+    args, rest = ap.parse_known_args()
+
+    if args._trace:  # internal: phase 1 inside a copy
+        copy, spec = Path(args._trace[0]), json.loads(Path(args._trace[1]).read_text())
+        result = trace_tests(copy, spec["files"], spec["tests"], Path(spec["trace_dir"]))
+        Path(spec["out"]).write_text(json.dumps(result))
+        return 0
+    if args._worker:
+        spec = json.loads(Path(args._worker).read_text())
+        worker(Path(spec["copy"]), spec["files"], spec["tests"])
+        return 0
+
+    started = time.monotonic()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the temporary copies go with an interrupted run too
+    tmp = Path(tempfile.mkdtemp(prefix="kvprov-mutation-"))
+    print(f"mutation: private copies under {tmp}", flush=True)
+    procs: list[subprocess.Popen] = []
+    try:
+        return run(args, tmp, procs, started)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(args, tmp: Path, procs: list, started: float) -> int:
+    jobs = max(1, args.jobs)
+    copies = [tmp / f"copy{j}" for j in range(jobs)]
+    for c in copies:
+        copy_checkout(ROOT, c)
+    files = target_files(copies[0], args.module or MODULES)
+    tests = sorted({str(p.relative_to(copies[0])) for p in (copies[0] / "tests/unit").glob("test_*.py")
+                    if any(fnmatch(p.name, pat) for f in files for pat in test_patterns(f))})
+    mutants = [m for f in files for m in mutants_of(copies[0], f)]
+    equivalent = read_equivalent(EQUIVALENT)
+    print(f"mutation: {len(mutants)} mutants in {len(files)} files; tracing {len(tests)} unit test files",
+          flush=True)
+
+    # phase 1
+    t = time.monotonic()
+    if args.reuse_trace and args.reuse_trace.exists():
+        shutil.copy(args.reuse_trace, tmp / "traced.json")
+    else:
+        trace(copies[0], sorted(set(files) | set(target_files(copies[0], MODULES))), tests, tmp)
+        if args.reuse_trace:
+            shutil.copy(tmp / "traced.json", args.reuse_trace)
+    traced = json.loads((tmp / "traced.json").read_text())
+    failed = sorted(t for t, o in traced["outcomes"].items() if o == "failed")
+    print(f"mutation: traced {len(traced['outcomes'])} tests in {time.monotonic() - t:.0f} s"
+          + (f"; {len(failed)} fail without any mutant and are left out: {', '.join(failed)}" if failed else ""),
+          flush=True)
+    durations: dict[str, float] = traced["durations"]
+
+    # which tests each mutant runs: those of its module's test files that execute its line
+    # in-process (else in a `kvprov` subprocess), fastest first; none slower than SLOW
+    slow = sorted(t for t, d in durations.items() if d > SLOW)
+    todo: list[Mutant] = []
+    for rel in files:
+        pats = test_patterns(rel)
+
+        def usable(test: str) -> bool:
+            return test not in slow and any(fnmatch(test.split("::")[0].rsplit("/", 1)[-1], p) for p in pats)
+
+        by_line: dict[str, dict[int, set]] = {}
+        for key in ("lines", "subprocess_lines"):
+            for test, lines in traced[key].get(rel, {}).items():
+                if usable(test):
+                    for ln in lines:
+                        by_line.setdefault(key, {}).setdefault(ln, set()).add(test)
+        stmt = enclosing_lines(copies[0], rel)
+        elsewhere = "\n".join(p.read_text() for p in sorted((copies[0] / "kvprov").rglob("*.py"))
+                              if str(p.relative_to(copies[0])) != rel)
+        planted = module_level(copies[0], rel, elsewhere)
+        for m in (m for m in mutants if m.path == rel):
+            if m.id in equivalent:
+                m.status = "equivalent"
+                continue
+            chosen: set = set()
+            for key in ("lines", "subprocess_lines"):
+                if not chosen:
+                    if m.scope == "<module>" and m.line in planted:
+                        ranges, m.again = planted[m.line]
+                        chosen = set().union(*(by_line.get(key, {}).get(ln, set())
+                                               for a, b in ranges for ln in range(a, b + 1)))
+                    elif m.scope == "<module>":  # run at import: every test that runs the module
+                        chosen = set().union(*by_line.get(key, {}).values())
+                    else:
+                        first, last = stmt.get(m.line, (m.line, m.line))
+                        chosen = set().union(*(by_line.get(key, {}).get(ln, set()) for ln in range(first, last + 1)))
+            if not chosen:
+                m.status = "not covered"
+                continue
+            m.tests = len(chosen)
+            m.run = sorted(chosen, key=lambda n: (durations.get(n, 1.0), n))
+            todo.append(m)
+    if slow:
+        print(f"mutation: {len(slow)} tests slower than {SLOW:.0f} s are left out: {', '.join(slow)}", flush=True)
+    unknown = sorted(set(equivalent) - {m.id for m in mutants})
+    print(f"mutation: {len(todo)} mutants to run, {sum(m.status == 'not covered' for m in mutants)} not covered "
+          f"by any test, {sum(m.status == 'equivalent' for m in mutants)} listed as equivalent", flush=True)
+
+    # phase 2
+    wspec = tmp / "worker.json"
+    needed = sorted({n.split("::")[0] for m in todo for n in m.run})
+    workers = []
+    for c in copies:
+        ws = c.with_suffix(".json")
+        ws.write_text(json.dumps({"copy": str(c), "files": files, "tests": needed}))
+        p = subprocess.Popen([sys.executable, str(c / "benchmarks/mutation.py"), "--_worker", str(ws)], cwd=c,
+                             env=child_env(c), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        procs.append(p)
+        workers.append(p)
+    del wspec
+    for p in workers:
+        if json.loads(p.stdout.readline() or "{}").get("ready") is not True:
+            raise SystemExit("mutation: a job did not start (run the unit tests by hand to see why)")
+    by_id = {m.id: m for m in todo}
+    queue = sorted(todo, key=lambda m: -sum(durations.get(n, 1.0) for n in m.run))
+    busy: dict[int, str] = {}
+    done = 0
+    fd_of = {p.stdout.fileno(): p for p in workers}
+
+    def send(p):
+        m = queue.pop()
+        secs = sum(durations.get(n, 1.0) for n in m.run)
+        p.stdin.write(json.dumps({"id": m.id, "path": m.path, "scope": m.scope, "source": m.source, "again": m.again,
+                                  "tests": m.run, "timeout": 2 * secs + 10}) + "\n")
+        p.stdin.flush()
+        busy[p.pid] = m.id
+
+    for p in workers:
+        if queue:
+            send(p)
+    last_print = 0.0
+    while busy:
+        ready, _, _ = select.select([p.stdout for p in workers if p.pid in busy], [], [])
+        for f in ready:
+            p = fd_of[f.fileno()]
+            line = p.stdout.readline()
+            if not line:
+                raise SystemExit(f"mutation: a job died while running {busy[p.pid]}")
+            res = json.loads(line)
+            m = by_id[res["id"]]
+            m.status, m.seconds = res["status"], res["seconds"]
+            del busy[p.pid]
+            done += 1
+            if m.status not in ("killed", "timeout"):
+                print(f"  {m.status}: {m.where()}", flush=True)
+            if queue:
+                send(p)
+        if time.monotonic() - last_print > 15 or not busy:
+            last_print = time.monotonic()
+            killed = sum(m.status in ("killed", "timeout") for m in todo)
+            print(f"mutation: {done}/{len(todo)} run, {killed} killed, {time.monotonic() - started:.0f} s",
+                  flush=True)
+    return report(args, mutants, files, equivalent, unknown, started, failed)
+
+
+def report(args, mutants: list[Mutant], files: list[str], equivalent: dict, unknown: list, started: float,
+           failed: list) -> int:
+    def group(path: str) -> str:
+        return "kvprov/validate" if path.startswith("kvprov/validate/") else path
+
+    per: dict[str, dict[str, int]] = {}
+    for m in mutants:
+        for key in (group(m.path), "overall"):
+            d = per.setdefault(key, {"mutants": 0, "killed": 0, "survived": 0, "equivalent": 0})
+            d["mutants"] += 1
+            if m.status in ("killed", "timeout"):
+                d["killed"] += 1
+            elif m.status == "equivalent":
+                d["equivalent"] += 1
+            else:
+                d["survived"] += 1
+    for d in per.values():
+        scored = d["mutants"] - d["equivalent"]
+        d["score"] = round(100.0 * d["killed"] / scored, 1) if scored else 100.0
+
+    survivors = [m for m in mutants if m.status not in ("killed", "timeout", "equivalent")]
+    print("\nsurviving mutants:")
+    for m in survivors:
+        print(f"  {m.where()}  [{m.status}]")
+    if unknown:
+        print(f"\n{EQUIVALENT.name}: entries matching no mutant any more (remove or update them):")
+        for ident in unknown:
+            print(f"  {ident}")
+    print("\nmutation score (killed / mutants that are not equivalent):")
+    for key in sorted(per, key=lambda k: (k == "overall", k)):
+        d = per[key]
+        print(f"  {key:58} {d['killed']:5} / {d['mutants'] - d['equivalent']:5}  {d['score']:5.1f} %"
+              + (f"  ({d['equivalent']} equivalent)" if d["equivalent"] else ""))
+    elapsed = time.monotonic() - started
+    print(f"  ({elapsed / 60:.1f} min, {args.jobs} jobs)")
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", *files, "tests/unit"],
+                                capture_output=True, text=True).stdout.strip())
+    data = {
+        "command": "python3 benchmarks/mutation.py" + "".join(f" --module {m}" for m in args.module or []),
+        "commit": commit, "uncommitted_changes": dirty, "jobs": args.jobs, "minutes": round(elapsed / 60, 1),
+        "modules": args.module or MODULES, "scores": per,
+        "tests_failing_without_mutants": failed,
+        "equivalent": [{"id": m.id, "where": m.where(), "why": equivalent[m.id]} for m in mutants
+                       if m.status == "equivalent"],
+        "survivors": [{"id": m.id, "where": m.where(), "status": m.status} for m in survivors],
+        "mutants": [{k: v for k, v in asdict(m).items() if k not in ("source", "run", "again")} for m in mutants],
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"  written: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""audit's outputs, exactly: the Prometheus textfile, the drifted hosts, the before/after
+summary of --fix (pure functions on hand-made results)."""
+
+from kvprov import audit
+from kvprov.audit import Gauge
+from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result
+
+
+def r(host: str, check: str, status: str) -> Result:
+    return Result(check, check.split(".")[0], status, host=host)
+
+
+RESULTS = [
+    r("gpu1", "mount.options", FAIL), r("gpu1", "file:/etc/a", PASS), r("gpu1", "gds.gpu", SKIP),
+    r("gpu1", "file:/etc/b", WARN), r("gpu1", "unit:x", FAIL),
+    r('gp"u\\2', "mount.options", PASS),
+    r("gpu3", "host.reachable", FAIL),
+]
+
+
+def test_prometheus_textfile_is_exact():
+    gauges = [Gauge("kvprov_storage_volume_used_bytes", (("host", "gpu1"), ("mount_point", "/mnt/kv")), 42),
+              Gauge("kvprov_engine_storage_dir_files", (("host", "gpu1"), ("instance", "main"),
+                                                        ("path", "/mnt/kv/a\nb")), 7)]
+    text = audit.to_prom(RESULTS, 1700000000.4, gauges)
+    assert text == "\n".join([
+        "# HELP kvprov_audit_drift 1 when kvprov audit found this check drifted on this host, else 0.",
+        "# TYPE kvprov_audit_drift gauge",
+        'kvprov_audit_drift{host="gpu1",check="mount.options"} 1',
+        'kvprov_audit_drift{host="gpu1",check="file:/etc/a"} 0',
+        'kvprov_audit_drift{host="gpu1",check="file:/etc/b"} 0',
+        'kvprov_audit_drift{host="gpu1",check="unit:x"} 1',
+        'kvprov_audit_drift{host="gp\\"u\\\\2",check="mount.options"} 0',
+        "# HELP kvprov_audit_drift_count Number of drifted checks on this host.",
+        "# TYPE kvprov_audit_drift_count gauge",
+        'kvprov_audit_drift_count{host="gpu1"} 2',
+        'kvprov_audit_drift_count{host="gp\\"u\\\\2"} 0',
+        'kvprov_audit_drift_count{host="gpu3"} 1',
+        "# HELP kvprov_audit_warnings Number of audit warnings on this host (e.g. unmanaged files).",
+        "# TYPE kvprov_audit_warnings gauge",
+        'kvprov_audit_warnings{host="gpu1"} 1',
+        'kvprov_audit_warnings{host="gp\\"u\\\\2"} 0',
+        'kvprov_audit_warnings{host="gpu3"} 0',
+        "# HELP kvprov_audit_up 1 when the host could be audited, else 0.",
+        "# TYPE kvprov_audit_up gauge",
+        'kvprov_audit_up{host="gpu1"} 1',
+        'kvprov_audit_up{host="gp\\"u\\\\2"} 1',
+        'kvprov_audit_up{host="gpu3"} 0',
+        "# HELP kvprov_audit_last_run_timestamp_seconds When kvprov audit ran.",
+        "# TYPE kvprov_audit_last_run_timestamp_seconds gauge",
+        "kvprov_audit_last_run_timestamp_seconds 1700000000",
+        "# HELP kvprov_storage_volume_used_bytes The KV volume's space in use, bytes.",
+        "# TYPE kvprov_storage_volume_used_bytes gauge",
+        'kvprov_storage_volume_used_bytes{host="gpu1",mount_point="/mnt/kv"} 42',
+        "# HELP kvprov_engine_storage_dir_files Files in an engine instance's KV directory.",
+        "# TYPE kvprov_engine_storage_dir_files gauge",
+        'kvprov_engine_storage_dir_files{host="gpu1",instance="main",path="/mnt/kv/a\\nb"} 7',
+    ]) + "\n"
+
+
+def test_every_gauge_name_has_its_help_line():
+    names = [f"kvprov_storage_volume_{k}" for k, _ in audit.VOLUME_GAUGES] + \
+            [f"kvprov_engine_storage_dir_{k}" for k, _ in audit.DIR_GAUGES]
+    assert names == ["kvprov_storage_volume_size_bytes", "kvprov_storage_volume_used_bytes",
+                     "kvprov_storage_volume_inodes", "kvprov_storage_volume_inodes_used",
+                     "kvprov_engine_storage_dir_bytes", "kvprov_engine_storage_dir_files",
+                     "kvprov_engine_storage_dir_complete"]
+    lines = audit.gauge_lines([Gauge(n, (("host", "h"),), i) for i, n in enumerate(names)])
+    assert [line for line in lines if not line.startswith("#")] == [f'{n}{{host="h"}} {i}' for i, n in enumerate(names)]
+    assert sum(line.startswith("# TYPE ") for line in lines) == len(names)
+    assert audit.gauge_lines([]) == []
+
+
+def test_drifted_hosts_are_the_reachable_ones_with_a_failure():
+    assert audit.drifted(RESULTS) == ["gpu1"]
+    assert audit.drifted([r("a", "x", WARN), r("b", "y", PASS)]) == []
+
+
+def test_before_after_names_what_was_fixed_and_what_is_left():
+    before = [r("gpu1", "a", FAIL), r("gpu1", "b", FAIL), r("gpu2", "a", FAIL), r("gpu2", "c", PASS)]
+    after = [r("gpu1", "a", PASS), r("gpu1", "b", FAIL), r("gpu2", "a", PASS), r("gpu3", "z", WARN)]
+    assert audit.format_before_after(before, after, ["gpu1", "gpu2", "gpu3"]).split("\n") == [
+        "",
+        "audit --fix: before -> after",
+        "gpu1: 2 drifted -> 1 drifted; fixed: a; still drifted: b",
+        "gpu2: 1 drifted -> 0 drifted; fixed: a",
+        "gpu3: 0 drifted -> 0 drifted",
+    ]
+
+
+def test_unreachable_result_names_the_host_and_the_fix():
+    res = audit.unreachable_result("gpu9", "ssh: connect refused")
+    assert (res.id, res.category, res.status, res.host, res.found) == (
+        "host.reachable", "host", FAIL, "gpu9", "ssh: connect refused")
+    assert res.fix.startswith("check ssh to the host")
