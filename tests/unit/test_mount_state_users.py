@@ -1,0 +1,38 @@
+"""kvprov_mount_state.open_users on a hand-made /proc: each way a process can hold the
+mount (cwd, root, executable, an open file) and each process listed once."""
+
+import os
+
+from kvprov.validate.parsers import mount_state as ms
+
+
+def proc_entry(proc, pid: int, links: dict, comm: str | None = None, cgroup: str | None = None) -> None:
+    (proc / str(pid) / "fd").mkdir(parents=True)
+    for name, target in links.items():
+        os.symlink(target, proc / str(pid) / name)
+    if comm is not None:
+        (proc / str(pid) / "comm").write_text(comm + "\n")
+    if cgroup is not None:
+        (proc / str(pid) / "cgroup").write_text(cgroup)
+
+
+def test_each_kind_of_hold_counts_once_per_process(tmp_path):
+    proc = tmp_path / "proc"
+    proc_entry(proc, 10, {"root": "/mnt/kv/chroot"}, "a")
+    proc_entry(proc, 11, {"exe": "/mnt/kv/bin/engine"}, "b", "0::/system.slice/kvprov-x.service\n")
+    proc_entry(proc, 12, {"cwd": "/mnt/kv", "root": "/mnt/kv", "exe": "/mnt/kv/e", "fd/3": "/mnt/kv/f"})
+    proc_entry(proc, 13, {"cwd": "/", "root": "/", "exe": "/usr/bin/python3", "fd/0": "/dev/null"}, "c")
+    (proc / "cpuinfo").write_text("")
+    assert sorted(ms.open_users("/mnt/kv/", str(proc)), key=lambda u: u["pid"]) == [
+        {"pid": 10, "comm": "a", "unit": ""},
+        {"pid": 11, "comm": "b", "unit": "kvprov-x.service"},
+        {"pid": 12, "comm": "?", "unit": ""},  # no comm to read
+    ]
+
+
+def test_the_real_proc_by_default(tmp_path, monkeypatch):
+    assert ms.open_users(str(tmp_path / "nothing-uses-this")) == []
+    monkeypatch.chdir(tmp_path)
+    users = ms.open_users(str(tmp_path))
+    assert {"pid": os.getpid(), "comm": ms._read(f"/proc/{os.getpid()}/comm"),
+            "unit": ms.service_of(ms._read(f"/proc/{os.getpid()}/cgroup"))} in users
