@@ -1515,7 +1515,7 @@ def run(path: str) -> tuple[list[str], list[Problem]]:
     try:
         inv = inventory.load(path)
     except InventoryError as e:
-        return [], [Problem(e.file, e.line, None, None, e.detail, "error", e.column)]
+        return [], e.problems
     return inv.host_names, check(inv)
 
 
@@ -1535,7 +1535,9 @@ def add_parser(sub) -> None:
                        description="Check an inventory against the roles' variable contract and "
                                    "kvprov's rules; one line per problem. Contacts no host. "
                                    "Exit 0: no errors (warnings allowed); 2: errors.")
-    p.add_argument("inventory", help="the YAML inventory file (group_vars/ and host_vars/ next to it are read)")
+    p.add_argument("inventory", help="the inventory: whatever ansible-inventory -i takes (a YAML or INI file, a "
+                                     "directory, a plugin configuration), read by ansible-core with its "
+                                     "group_vars/ and host_vars/")
     p.add_argument("--json", action="store_true", help='print {"ok", "hosts", "problems"} as JSON')
     p.set_defaults(func=cmd_check)
 

@@ -1,130 +1,97 @@
-"""The inventory model: an Ansible YAML inventory, its group_vars/host_vars and the role
-defaults, resolved per target host, with the file and line every value came from.
+"""The inventory model: any inventory Ansible reads (a YAML or INI file, a directory,
+several sources, constructed and other plugin sources, scripts), its group_vars/host_vars
+and the role defaults, resolved per target host, with where every value came from.
 
-Pure parsing (`parse_yaml`, `parse_inventory`, `parse_vars`, `resolve`) is kept apart from
-file reading (`load`, `read_vars_dir`, `read_role_defaults`). Values are built with
-PyYAML's safe constructor from the composed node tree, so each variable keeps its node
-(`Var.line_of` finds the line of a nested element) and no Ansible internals are needed.
-
-Precedence is Ansible's (ansible-core's default VARIABLE_PRECEDENCE), lowest first:
-role defaults < inventory-file group vars (all, then groups by depth, priority, name)
-< group_vars/all < group_vars/<group> (same order) < inventory-file host vars
-< host_vars/<host>. Dicts are replaced, not merged (hash_behaviour=replace).
+ansible-core computes the hosts, groups and merged variables (InventoryManager +
+VariableManager: Ansible's precedence, ranges, ansible_group_priority, vars plugins), and
+the role defaults go underneath. Where a value was set comes from Ansible's origin tag
+(file and line for YAML and INI; a description for plugin sources), falling back to the
+host or group. YAML inventory and vars files also get kvprov's own lint
+(kvprov.inventory_lint: syntax errors with line and column, duplicate keys, misplaced
+group keys), and their nodes give the line of nested elements and the value as written.
+An unparsable source is an error, not Ansible's warning and an empty inventory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, Iterator
 
 import yaml
-from yaml.constructor import SafeConstructor
 
 from kvprov import paths
-from kvprov.errors import EXIT_USAGE, KvprovError
+from kvprov.inventory_lint import (InventoryError, Problem, construct, did_you_mean, key_nodes,
+                                   line_of, lint_inventory, lint_vars_file, mapping_items, parse_yaml)
+
+__all__ = ["Group", "Host", "Inventory", "InventoryError", "Origin", "Problem", "Setting", "Var", "load",
+           "read_role_defaults", "read_text", "roles_dir"]
 
 TARGET_GROUP = "gpu_nodes"  # kvprov configures the hosts of this group (and its children)
 STORAGE_GROUP = "kv_storage"  # the storage systems `kvprov storage check` checks (and its children)
-GROUP_KEYS = ("hosts", "children", "vars")
 VARS_FILE_SUFFIXES = ("", ".yml", ".yaml", ".json")  # what Ansible's host_group_vars reads
-
-
-class InventoryError(KvprovError):
-    """The inventory cannot be used at all (unreadable, not YAML, no target hosts)."""
-
-    def __init__(self, message: str, file: str | None = None, line: int | None = None,
-                 column: int | None = None):
-        self.file, self.line, self.column, self.detail = file, line, column, message
-        where = ":".join(str(p) for p in (file, line, column) if p is not None)
-        super().__init__(f"{where}: {message}" if where else message, EXIT_USAGE)
+YAML_SUFFIXES = (".yml", ".yaml")  # inventory files kvprov lints (other sources are Ansible's alone)
+IMPLICIT_GROUPS = ("all", "ungrouped")
 
 
 @dataclass(frozen=True)
 class Origin:
-    """Where a value was set: a file and 1-based line, or a role's defaults."""
+    """Where a value was set: a file and 1-based line, a source without a line (line None),
+    or a role's defaults."""
 
-    file: str
-    line: int
+    file: str | None
+    line: int | None
     default: bool = False  # True: a role default (file/line point into roles/*/defaults)
 
     def __str__(self) -> str:
-        return "default" if self.default else f"{self.file}:{self.line}"
+        if self.default:
+            return "default"
+        return f"{self.file}:{self.line}" if self.line is not None else str(self.file)
 
 
 @dataclass(frozen=True)
 class Var:
-    """One variable's value and where it was set."""
+    """One variable's value and where it was set (node: its YAML node, when set in YAML)."""
 
     name: str
     value: Any
     origin: Origin
     node: yaml.Node | None = field(default=None, compare=False, repr=False)
 
-    def line_of(self, *path: str | int) -> int:
+    def line_of(self, *path: str | int) -> int | None:
         """The line of a nested element (dict keys, list indexes), else this variable's line."""
         node, line = self.node, self.origin.line
         for step in path:
             if isinstance(node, yaml.MappingNode):
-                pairs = [(k, v) for k, v in node.value if _scalar_text(k) == str(step)]
+                pairs = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(step)]
                 if not pairs:
                     break
-                line, node = _line(pairs[-1][0]), pairs[-1][1]
+                line, node = line_of(pairs[-1][0]), pairs[-1][1]
             elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) and step < len(node.value):
                 node = node.value[step]
-                line = _line(node)
+                line = line_of(node)
             else:
                 break
         return line
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One finding about an inventory, meant for the operator (see kvprov.check)."""
-
-    file: str | None
-    line: int | None
-    host: str | None
-    variable: str | None
-    message: str
-    severity: str = "error"  # "error" | "warning"
-    column: int | None = None  # only for YAML syntax errors
-
-    def __str__(self) -> str:
-        return self.format()
-
-    def format(self, hosts: str | None = None) -> str:
-        """FILE:LINE: [warning: ][host H: ][VARIABLE: ]MESSAGE; `hosts` replaces "host H"."""
-        location = ":".join(str(p) for p in (self.file, self.line, self.column) if p is not None)
-        hosts = hosts if hosts is not None else (f"host {self.host}" if self.host else None)
-        severity = self.severity if self.severity != "error" else None
-        return ": ".join(p for p in (location, severity, hosts, self.variable, self.message) if p)
-
-
 @dataclass
 class Group:
     name: str
-    origin: Origin | None  # None for the implicit `all`
-    vars: dict[str, Var] = field(default_factory=dict)
+    origin: Origin | None  # None for Ansible's implicit groups
+    vars: dict[str, Var] = field(default_factory=dict)  # as set in the inventory source
     children: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
 
 
-@dataclass
-class Layout:
-    """What the inventory file itself says: groups, hosts and their vars (parse_inventory)."""
-
-    file: str
-    groups: dict[str, Group]
-    host_origins: dict[str, Origin]  # every host, in file order, where first declared
-    host_vars: dict[str, dict[str, Var]]
-    issues: list[Problem] = field(default_factory=list)
-
-
 @dataclass(frozen=True)
 class Setting:
-    """A variable as set in one place (inventory file or a vars file), for a group or a host."""
+    """A variable as set in one place (inventory source or a vars file), for a group or a host."""
 
     var: Var
     group: str | None = None
@@ -136,7 +103,7 @@ class Host:
     """A target host: its groups and its effective variables."""
 
     name: str
-    origin: Origin  # where the host is first declared in the inventory file
+    origin: Origin  # where the host is declared (its source when Ansible does not say the line)
     groups: list[str]  # every group it belongs to, `all` first, in precedence order
     vars: dict[str, Var]  # effective: inventory/vars files over role defaults
 
@@ -162,14 +129,15 @@ class Host:
 
 @dataclass
 class Inventory:
-    path: Path
-    hosts: list[Host]  # the targets: hosts of TARGET_GROUP (and its children), in file order
+    path: Path  # the first source
+    hosts: list[Host]  # the targets: hosts of TARGET_GROUP (and its children), in inventory order
     groups: dict[str, Group]
-    settings: list[Setting]  # every variable set anywhere, in file order
+    settings: list[Setting]  # every variable set anywhere: source groups, source hosts, group_vars, host_vars
     defaults: dict[str, Var]  # the roles' defaults
     roles: Path  # the roles directory the defaults came from
-    issues: list[Problem] = field(default_factory=list)  # structural findings of the loader
-    storage_hosts: list[Host] = field(default_factory=list)  # hosts of STORAGE_GROUP, in file order
+    issues: list[Problem] = field(default_factory=list)  # lint findings of the loader
+    storage_hosts: list[Host] = field(default_factory=list)  # hosts of STORAGE_GROUP, in inventory order
+    sources: list[str] = field(default_factory=list)  # every source, as given
 
     def host(self, name: str) -> Host:
         for h in self.hosts:
@@ -182,338 +150,89 @@ class Inventory:
         return [h.name for h in self.hosts]
 
 
-# ---------------------------------------------------------------------------- YAML
+# ---------------------------------------------------------------------------- Ansible values
 
-def _line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
-
-
-def _scalar_text(node: yaml.Node) -> str | None:
-    return node.value if isinstance(node, yaml.ScalarNode) else None
-
-
-def construct(node: yaml.Node) -> Any:
-    """The Python value of a node, exactly as yaml.safe_load would build it."""
-    return SafeConstructor().construct_object(node, deep=True)
-
-
-def parse_yaml(text: str, file: str) -> yaml.Node | None:
-    """Compose a YAML document into nodes (None when empty); syntax errors -> InventoryError."""
+def _ansible_origin(value: Any) -> Any:
+    """Ansible's origin tag of a loaded value or key (path, line_num, col_num, description),
+    or None. The tag's module is private (ansible-core 2.19); older ones put ansible_pos
+    (path, line, column) on what they load from YAML."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        if node is not None:
-            construct(node)  # surface constructor errors (bad timestamps, ...) here
-        return node
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        detail = e.problem or e.context or "invalid YAML"
-        if e.context and e.problem:
-            detail = f"{e.problem} ({e.context})"
-        if "block" in detail:
-            detail += "; check the indentation"
-        line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
-        raise InventoryError(f"YAML error: {detail}", file, line, col) from None
-    except yaml.YAMLError as e:
-        raise InventoryError(f"YAML error: {e}", file) from None
+        from ansible._internal._datatag._tags import Origin as AnsibleOrigin
+        return AnsibleOrigin.get_tag(value)
+    except Exception:  # moved or changed in another ansible-core: the older position, else the fallback
+        pos = getattr(value, "ansible_pos", None)
+        return SimpleNamespace(path=pos[0], line_num=pos[1], col_num=pos[2], description=None) if pos else None
 
 
-def mapping_items(node: yaml.MappingNode) -> list[tuple[str, yaml.Node, yaml.Node]]:
-    """(key, key node, value node) of a mapping, with YAML merge keys (<<) applied."""
-    SafeConstructor().flatten_mapping(node)
-    return [(str(construct(k)), k, v) for k, v in node.value]
+def plain(value: Any) -> Any:
+    """A value Ansible loaded, without its tags: str, int, float, bool, None, list, dict."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
 
 
-def duplicate_keys(node: yaml.Node | None, file: str) -> list[Problem]:
-    """Keys given twice in one mapping anywhere in the document: YAML keeps the last silently."""
-    out: list[Problem] = []
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[str, int] = {}
-        for k, v in node.value:
-            key = _scalar_text(k)
-            if key is not None and key != "<<":
-                if key in seen:
-                    out.append(Problem(file, _line(k), None, None,
-                                       f"duplicate key {key!r} (first at line {seen[key]}): "
-                                       "YAML silently keeps only the last one; remove one of them"))
-                seen.setdefault(key, _line(k))
-            out += duplicate_keys(v, file)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            out += duplicate_keys(item, file)
-    return out
+class _Shown:
+    """Ansible reports resolved absolute paths; kvprov shows them as the user gave the source."""
 
+    def __init__(self, sources: list[str]):
+        self.prefixes: list[tuple[str, str]] = []
+        for s in sources:
+            if os.path.exists(s):
+                d = s if os.path.isdir(s) else os.path.dirname(s)
+                for real in {os.path.realpath(d or "."), os.path.abspath(d or ".")}:
+                    self.prefixes.append((real.rstrip("/") + "/", os.path.join(d, "")))
+        self.prefixes.sort(key=lambda p: -len(p[0]))
 
-def parse_vars(node: yaml.Node | None, file: str, issues: list[Problem], what: str) -> dict[str, Var]:
-    """A mapping of variables (a `vars:` block, a host's body, a vars file)."""
-    if node is None or (isinstance(node, yaml.ScalarNode) and construct(node) is None):
-        return {}
-    if not isinstance(node, yaml.MappingNode):
-        issues.append(Problem(file, _line(node), None, None,
-                              f"{what} must be a mapping of variable: value, got {_kind(node)}"))
-        return {}
-    return {name: Var(name, construct(v), Origin(file, _line(k)), v) for name, k, v in mapping_items(node)}
-
-
-def _kind(node: yaml.Node) -> str:
-    if isinstance(node, yaml.SequenceNode):
-        return "a list"
-    if isinstance(node, yaml.MappingNode):
-        return "a mapping"
-    return f"the value {node.value!r}"
-
-
-# ---------------------------------------------------------------------------- inventory file
-
-_INI_SECTION = re.compile(r"^\[[A-Za-z0-9_:.-]+\]\s*$", re.M)
-_RANGE = re.compile(r"^(.*?)\[([0-9a-zA-Z]+):([0-9a-zA-Z]+)(?::([0-9]+))?\](.*)$")
-
-
-def expand_hosts(pattern: str) -> list[str]:
-    """Ansible host ranges: gpu[01:04] -> gpu01..gpu04, rack[a:c]-n1, x[0:10:5]."""
-    m = _RANGE.match(pattern)
-    if not m:
-        return [pattern]
-    head, start, end, step, tail = m.groups()
-    step_n = int(step or 1)
-    if start.isdigit() and end.isdigit():
-        width = len(start) if start.startswith("0") else 0
-        items = [str(i).zfill(width) for i in range(int(start), int(end) + 1, step_n)]
-    elif len(start) == 1 and len(end) == 1 and start.isalpha() and end.isalpha():
-        items = [chr(c) for c in range(ord(start), ord(end) + 1, step_n)]
-    else:
-        raise ValueError(f"bad host range [{start}:{end}] in {pattern!r}")
-    return [head + item + rest for item in items for rest in expand_hosts(tail)]
-
-
-def parse_inventory(text: str, file: str) -> Layout:
-    """The groups, hosts and vars of a YAML inventory (pure)."""
-    if _INI_SECTION.search(text) and not re.search(r"^all:", text, re.M):
-        raise InventoryError("this looks like an INI inventory ([group] sections); kvprov reads YAML "
-                             "inventories (all: children: gpu_nodes: hosts: ...); `ansible-inventory -i "
-                             "FILE --list -y` shows yours as YAML", file)
-    root = parse_yaml(text, file)
-    if root is None:
-        raise InventoryError("the inventory is empty", file)
-    if not isinstance(root, yaml.MappingNode):
-        raise InventoryError(f"an inventory must be a mapping of groups (all: ...), got {_kind(root)}",
-                             file, _line(root))
-    layout = Layout(file, {"all": Group("all", None)}, {}, {}, duplicate_keys(root, file))
-    for name, key, body in mapping_items(root):
-        _parse_group(layout, name, Origin(file, _line(key)), body, parent=None if name == "all" else "all")
-    return layout
-
-
-def _parse_group(layout: Layout, name: str, origin: Origin, body: yaml.Node, parent: str | None) -> None:
-    file, issues = layout.file, layout.issues
-    group = layout.groups.setdefault(name, Group(name, origin))
-    if group.origin is None:
-        group.origin = origin
-    if parent is not None and name not in layout.groups[parent].children:
-        if _is_ancestor(layout, name, parent):
-            raise InventoryError(f"group {name} is its own ancestor (children loop via {parent})",
-                                 file, origin.line)
-        layout.groups[parent].children.append(name)
-    if body is None or (isinstance(body, yaml.ScalarNode) and construct(body) is None):
-        return
-    if not isinstance(body, yaml.MappingNode):
-        issues.append(Problem(file, _line(body), None, None,
-                              f"group {name} must be a mapping with hosts:, children:, vars:, got {_kind(body)}"))
-        return
-    for key, knode, value in mapping_items(body):
-        if key == "vars":
-            group.vars.update(parse_vars(value, file, issues, f"vars of group {name}"))
-        elif key == "hosts":
-            _parse_hosts(layout, group, value)
-        elif key == "children":
-            _parse_children(layout, name, value)
-        else:
-            hint = _did_you_mean(key, GROUP_KEYS)
-            issues.append(Problem(file, _line(knode), None, None,
-                                  f"group {name}: unexpected key {key!r}; a group has only "
-                                  f"hosts:, children:, vars: (Ansible ignores this key){hint}"))
-
-
-def _parse_children(layout: Layout, parent: str, node: yaml.Node) -> None:
-    if isinstance(node, yaml.ScalarNode) and construct(node) is None:
-        return
-    if not isinstance(node, yaml.MappingNode):
-        layout.issues.append(Problem(layout.file, _line(node), None, None,
-                                     f"children of group {parent} must be a mapping of group names, got {_kind(node)}"))
-        return
-    for name, key, body in mapping_items(node):
-        _parse_group(layout, name, Origin(layout.file, _line(key)), body, parent)
-
-
-def _parse_hosts(layout: Layout, group: Group, node: yaml.Node) -> None:
-    file = layout.file
-    if isinstance(node, yaml.ScalarNode) and construct(node) is None:
-        return
-    if not isinstance(node, yaml.MappingNode):
-        layout.issues.append(Problem(file, _line(node), None, None,
-                                     f"hosts of group {group.name} must be a mapping (host: vars), got {_kind(node)}"))
-        return
-    for pattern, key, body in mapping_items(node):
-        try:
-            names = expand_hosts(pattern)
-        except ValueError as e:
-            layout.issues.append(Problem(file, _line(key), None, None, str(e)))
-            continue
-        host_vars = parse_vars(body, file, layout.issues, f"host {pattern}")
-        for name in names:
-            layout.host_origins.setdefault(name, Origin(file, _line(key)))
-            layout.host_vars.setdefault(name, {}).update(host_vars)
-            if name not in group.hosts:
-                group.hosts.append(name)
-
-
-def _is_ancestor(layout: Layout, group: str, of: str) -> bool:
-    """Is `group` equal to `of` or one of its ancestors?"""
-    if group == of:
-        return True
-    return any(_is_ancestor(layout, group, p.name) for p in layout.groups.values() if of in p.children)
-
-
-def _did_you_mean(word: str, choices) -> str:
-    import difflib
-
-    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {match[0]}?" if match else ""
-
-
-# ---------------------------------------------------------------------------- resolution
-
-def group_depths(groups: dict[str, Group]) -> dict[str, int]:
-    """Ansible's group depth: the longest path from `all`."""
-    depth = {"all": 0}
-
-    def visit(name: str, d: int) -> None:
-        if depth.get(name, -1) >= d:
-            return
-        depth[name] = d
-        for child in groups[name].children:
-            visit(child, d + 1)
-
-    for child in groups["all"].children:
-        visit(child, 1)
-    return depth
-
-
-def parents(groups: dict[str, Group]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {name: [] for name in groups}
-    for g in groups.values():
-        for child in g.children:
-            out[child].append(g.name)
-    return out
-
-
-def host_groups(groups: dict[str, Group], host: str, depth: dict[str, int],
-                priority: dict[str, int]) -> list[str]:
-    """Every group of a host (ancestors included), in Ansible's order: all, then by
-    (depth, ansible_group_priority, name). Later groups win."""
-    up = parents(groups)
-    member: set[str] = set()
-    todo = [g.name for g in groups.values() if host in g.hosts]
-    while todo:
-        name = todo.pop()
-        if name not in member:
-            member.add(name)
-            todo += up[name]
-    rest = sorted(member - {"all"}, key=lambda g: (depth.get(g, 1), priority.get(g, 1), g))
-    return ["all", *rest]
-
-
-def target_hosts(groups: dict[str, Group], host_order: list[str], target: str = TARGET_GROUP) -> list[str]:
-    """The hosts of group `target` and of its child groups, in file order."""
-    members: set[str] = set()
-    todo = [target]
-    while todo:
-        g = groups[todo.pop()]
-        members.update(g.hosts)
-        todo += g.children
-    return [h for h in host_order if h in members]
-
-
-@dataclass(frozen=True)
-class VarsFile:
-    """One file of group_vars/ or host_vars/."""
-
-    file: str
-    vars: dict[str, Var]
+    def __call__(self, path: str) -> str:
+        for real, shown in self.prefixes:
+            if path.startswith(real):
+                return shown + path[len(real):]
+        return path
 
 
 @dataclass
-class VarsFiles:
-    """group_vars/ and host_vars/ contents: group or host name -> its files, in load order."""
+class _Context:
+    """What load() gathers before building the model: paths, YAML nodes, lint findings."""
 
-    groups: dict[str, list[VarsFile]] = field(default_factory=dict)
-    hosts: dict[str, list[VarsFile]] = field(default_factory=dict)
+    shown: _Shown
+    # (file, line, column) of a value's YAML node -> (line of its key, the node)
+    nodes: dict[tuple[str, int, int], tuple[int, yaml.Node]] = field(default_factory=dict)
+    issues: list[Problem] = field(default_factory=list)
+    vars_files: dict[str, dict[str, list[str]]] = field(default_factory=lambda: {"group": {}, "host": {}})
 
+    def index(self, file: str, root: yaml.Node | None) -> None:
+        for (line, _), node in key_nodes(root).items():
+            self.nodes[(file, line_of(node), node.start_mark.column + 1)] = (line, node)
 
-def resolve(layout: Layout, files: VarsFiles, defaults: dict[str, Var], path: Path,
-            roles: Path, target: str = TARGET_GROUP) -> Inventory:
-    """The effective variables of every target host (pure)."""
-    if target not in layout.groups:
-        others = ", ".join(g for g in layout.groups if g != "all") or "none"
-        raise InventoryError(f"no group {target}: kvprov configures the hosts of group {target} "
-                             f"(add them under all: children: {target}: hosts:; groups here: {others})",
-                             layout.file)
-    targets = target_hosts(layout.groups, list(layout.host_origins), target)
-    if not targets:
-        g = layout.groups[target]
-        raise InventoryError(f"group {target} has no hosts", layout.file, g.origin.line if g.origin else None)
-    depth, priority = group_depths(layout.groups), _group_priorities(layout.groups, files)
+    def var(self, name: Any, value: Any, fallback: Origin) -> Var:
+        """A variable Ansible loaded: its origin from the value's tag (YAML: the line of its
+        key, and its node), else from the key's tag, else `fallback` (the host or group)."""
+        for tagged in (value, name):
+            tag = _ansible_origin(tagged)
+            if tag is not None and getattr(tag, "path", None):
+                file, line = self.shown(tag.path), getattr(tag, "line_num", None)
+                key_line, node = self.nodes.get((file, line, getattr(tag, "col_num", None)), (line, None))
+                return Var(str.__str__(name), plain(value), Origin(file, key_line), node)
+            if tag is not None and getattr(tag, "description", None):
+                return Var(str.__str__(name), plain(value), Origin(tag.description, None))
+        return Var(str.__str__(name), plain(value), fallback)
 
-    def host(name: str) -> Host:
-        groups = host_groups(layout.groups, name, depth, priority)
-        merged: dict[str, Var] = {n: v for n, v in defaults.items() if n.startswith("kvprov_")}
-        for g in groups:  # the inventory file's group vars
-            merged.update(layout.groups[g].vars)
-        for g in groups:  # group_vars/ (all first)
-            for f in files.groups.get(g, []):
-                merged.update(f.vars)
-        merged.update(layout.host_vars.get(name, {}))
-        for f in files.hosts.get(name, []):
-            merged.update(f.vars)
-        return Host(name, layout.host_origins[name], groups, merged)
-
-    storage = (target_hosts(layout.groups, list(layout.host_origins), STORAGE_GROUP)
-               if STORAGE_GROUP in layout.groups and target != STORAGE_GROUP else [])
-    issues = layout.issues + _unused_vars_files(layout, files)
-    return Inventory(path, [host(n) for n in targets], layout.groups, _settings(layout, files), defaults, roles,
-                     issues, [host(n) for n in storage])
-
-
-def _group_priorities(groups: dict[str, Group], files: VarsFiles) -> dict[str, int]:
-    out = {}
-    for name, g in groups.items():
-        var = g.vars.get("ansible_group_priority")
-        for f in files.groups.get(name, []):
-            var = f.vars.get("ansible_group_priority", var)
-        if var is not None and isinstance(var.value, int):
-            out[name] = var.value
-    return out
-
-
-def _settings(layout: Layout, files: VarsFiles) -> list[Setting]:
-    out = [Setting(v, group=g.name) for g in layout.groups.values() for v in g.vars.values()]
-    out += [Setting(v, host=h) for h, vars_ in layout.host_vars.items() for v in vars_.values()]
-    out += [Setting(v, group=g) for g, lst in files.groups.items() for f in lst for v in f.vars.values()]
-    out += [Setting(v, host=h) for h, lst in files.hosts.items() for f in lst for v in f.vars.values()]
-    return out
-
-
-def _unused_vars_files(layout: Layout, files: VarsFiles) -> list[Problem]:
-    """group_vars/host_vars files named after no group/host: Ansible ignores them silently."""
-    out = []
-    for kind, entries, known in (("group", files.groups, layout.groups),
-                                 ("host", files.hosts, layout.host_origins)):
-        for name, lst in entries.items():
-            if name not in known:
-                hint = _did_you_mean(name, known)
-                out += [Problem(f.file, 1, None, None,
-                                f"no {kind} {name} in the inventory: Ansible ignores this file{hint}",
-                                "warning") for f in lst]
-    return out
+    def origin(self, name: Any) -> Origin | None:
+        """Where a group or host name was written, if Ansible says."""
+        tag = _ansible_origin(name)
+        if tag is not None and getattr(tag, "path", None):
+            return Origin(self.shown(tag.path), getattr(tag, "line_num", None))
+        return None
 
 
 # ---------------------------------------------------------------------------- file I/O
@@ -527,8 +246,7 @@ def read_text(path: Path) -> str:
     try:
         return path.read_text()
     except IsADirectoryError:
-        raise InventoryError("is a directory; give the inventory file (e.g. inventory/prod.yml)",
-                             str(path)) from None
+        raise InventoryError("is a directory; give a file", str(path)) from None
     except OSError as e:
         raise InventoryError(f"cannot read: {e.strerror or e}", str(path)) from None
     except UnicodeDecodeError as e:
@@ -540,43 +258,228 @@ def read_role_defaults(roles: Path) -> dict[str, Var]:
     out: dict[str, Var] = {}
     for path in sorted(roles.glob("*/defaults/main.y*ml")):
         node = parse_yaml(read_text(path), str(path))
-        for name, var in parse_vars(node, str(path), [], str(path)).items():
-            out[name] = Var(name, var.value, Origin(var.origin.file, var.origin.line, default=True), var.node)
+        if isinstance(node, yaml.MappingNode):
+            for name, key, value in mapping_items(node):
+                out[name] = Var(name, construct(value), Origin(str(path), line_of(key), default=True), value)
     return out
 
 
-def read_vars_dir(directory: Path, issues: list[Problem]) -> dict[str, list[VarsFile]]:
+def _inventory_files(source: str) -> list[str]:
+    """The files of a source that kvprov lints: a YAML file, or the YAML files of a directory
+    (recursively, skipping what Ansible skips)."""
+    if os.path.isfile(source):
+        return [source] if source.endswith(YAML_SUFFIXES) else []
+    if not os.path.isdir(source):
+        return []
+    from ansible.inventory.manager import IGNORED
+
+    out = []
+    for name in sorted(os.listdir(source)):
+        if not IGNORED.search(name.encode()):
+            out += _inventory_files(os.path.join(source, name))
+    return out
+
+
+def _vars_files(directory: str) -> dict[str, list[str]]:
     """group_vars/ or host_vars/: <name>, <name>.yml|.yaml|.json files and <name>/ directories
     (every such file below it, sorted), as Ansible's host_group_vars plugin reads them."""
-    out: dict[str, list[VarsFile]] = {}
-    if not directory.is_dir():
+    out: dict[str, list[str]] = {}
+    d = Path(directory)
+    if not d.is_dir():
         return out
-    for entry in sorted(directory.iterdir()):
+    for entry in sorted(d.iterdir()):
         if entry.name.startswith("."):
             continue
         if entry.is_dir():
-            name, paths = entry.name, sorted(p for p in entry.rglob("*") if _is_vars_file(p))
+            name = entry.name
+            files = sorted(p for p in entry.rglob("*") if p.is_file() and not p.name.startswith(".")
+                           and p.suffix in VARS_FILE_SUFFIXES)
         else:
             name = entry.stem if entry.suffix in VARS_FILE_SUFFIXES else entry.name
-            paths = [entry]
-        for path in paths:
-            node = parse_yaml(read_text(path), str(path))
-            issues += duplicate_keys(node, str(path))
-            out.setdefault(name, []).append(VarsFile(str(path), parse_vars(node, str(path), issues, str(path))))
+            files = [entry]
+        out.setdefault(name, []).extend(str(f) for f in files)
     return out
 
 
-def _is_vars_file(path: Path) -> bool:
-    return path.is_file() and not path.name.startswith(".") and path.suffix in VARS_FILE_SUFFIXES
+def _lint(sources: list[str], ctx: _Context) -> None:
+    """Read and lint every YAML inventory file and vars file of the sources; index their nodes."""
+    for source in sources:
+        if "," in source and not os.path.exists(source):
+            continue  # a host list (host1,host2): Ansible's alone
+        if not os.path.exists(source):
+            raise InventoryError("cannot read: No such file or directory", source)
+        for file in _inventory_files(source):
+            root, problems = lint_inventory(read_text(Path(file)), file)
+            ctx.issues += problems
+            ctx.index(file, root)
+        base = source if os.path.isdir(source) else os.path.dirname(source)
+        for kind in ("group", "host"):
+            for name, files in _vars_files(os.path.join(base, f"{kind}_vars")).items():
+                ctx.vars_files[kind].setdefault(name, []).extend(files)
+                for file in files:
+                    root, problems = lint_vars_file(read_text(Path(file)), file)
+                    ctx.issues += problems
+                    ctx.index(file, root)
 
 
-def load(path: str | Path, roles: Path | None = None, target: str = TARGET_GROUP) -> Inventory:
-    """Load an inventory file with its group_vars/ and host_vars/ and the role defaults.
+@contextlib.contextmanager
+def _ansible_messages() -> Iterator[list[str]]:
+    """Ansible's warnings while it loads, collected instead of printed."""
+    from ansible.utils.display import Display
+
+    display, messages = Display(), []
+    display.warning = lambda msg, *a, **kw: messages.append(str(msg))  # type: ignore[method-assign]
+    display.error_as_warning = lambda msg, exception=None, *a, **kw: messages.append(  # type: ignore
+        f"{msg} {exception}" if exception is not None else str(msg))
+    try:
+        yield messages
+    finally:
+        del display.warning, display.error_as_warning
+
+
+@functools.cache
+def _init_plugin_loader() -> None:
+    """Ansible's plugin and collection loaders, as its CLIs set them up (once a process)."""
+    from ansible.plugins.loader import init_plugin_loader
+
+    init_plugin_loader()
+
+
+def _ansible(sources: list[str]):
+    """Ansible's inventory and variable managers for the sources; an unparsable source raises."""
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    _init_plugin_loader()
+    loader = DataLoader()
+    with _ansible_messages() as messages:
+        try:
+            manager = InventoryManager(loader=loader, sources=sources)
+        except AnsibleError as e:
+            raise InventoryError(f"Ansible cannot read the inventory: {e.message}", ", ".join(sources)) from None
+    failures: list[tuple[str, str]] = []  # (plugin, why), for the source Ansible could not parse
+    for message in messages:
+        m = re.fullmatch(r"Failed to parse inventory with '([\w.]+)' plugin\. (.*)", message, re.S)
+        if m:
+            failures.append((m[1], " ".join(m[2].split())))
+        elif message.startswith("Unable to parse ") and message.endswith(" as an inventory source"):
+            source = message[len("Unable to parse "):-len(" as an inventory source")]
+            raise InventoryError(f"not an inventory Ansible can parse: {_why(source, failures)}",
+                                 _Shown(sources)(source))
+    return loader, manager, VariableManager(loader=loader, inventory=manager)
+
+
+def _why(source: str, failures: list[tuple[str, str]]) -> str:
+    """The failures that matter: for a YAML file, not the ini plugin trying it too, nor the
+    yaml and auto plugins declining a plugin configuration or a plain inventory."""
+    if os.path.isdir(source):
+        return "the directory holds no inventory source"
+    if source.endswith(YAML_SUFFIXES):
+        declined = ("ini", "Plugin configuration YAML file, not YAML inventory", "no root 'plugin' key found")
+        failures = [f for f in failures if not (f[0] in declined or any(d in f[1] for d in declined))] or failures
+    return "; ".join(f"{why} ({plugin} plugin)" for plugin, why in failures) or "no inventory plugin accepts it"
+
+
+# ---------------------------------------------------------------------------- the model
+
+def load(sources: str | Path | list[str | Path], roles: Path | None = None,
+         target: str = TARGET_GROUP) -> Inventory:
+    """Load inventory sources (whatever `ansible-inventory -i` takes, one or several) with
+    their group_vars/ and host_vars/ and the role defaults.
 
     Raises InventoryError (exit code 2) when the inventory cannot be used at all."""
-    path = Path(path)
-    layout = parse_inventory(read_text(path), str(path))
-    files = VarsFiles(read_vars_dir(path.parent / "group_vars", layout.issues),
-                      read_vars_dir(path.parent / "host_vars", layout.issues))
+    from ansible.inventory.helpers import sort_groups
+    from ansible.vars.plugins import get_vars_from_inventory_sources
+
+    given = [str(s) for s in (sources if isinstance(sources, list) else [sources])]
+    ctx = _Context(_Shown(given))
+    _lint(given, ctx)
+    try:
+        loader, manager, variables = _ansible(given)
+    except InventoryError as e:  # Ansible refuses the inventory: kvprov's lint may say why, line by line
+        if any(p.severity == "error" for p in ctx.issues):
+            raise InventoryError(e.detail, e.file, e.line, e.column, ctx.issues) from None
+        raise
+    where = ", ".join(given)
+    absolute = [os.path.abspath(s) if os.path.exists(s) else s for s in given]
+
+    def plugin_vars(entity) -> dict:  # group_vars/, host_vars/ and other vars plugins, as a play sees them
+        return get_vars_from_inventory_sources(loader, absolute, [entity], "task")
+
+    groups: dict[str, Group] = {}
+    group_files: dict[str, list[Var]] = {}  # group -> its vars from group_vars/ (vars plugins)
+    for g in manager.groups.values():
+        origin = ctx.origin(g.name)
+        fallback = origin or Origin(where, None)
+        groups[plain(g.name)] = Group(plain(g.name), origin,
+                                      {plain(k): ctx.var(k, v, fallback) for k, v in g.vars.items()},
+                                      [plain(c.name) for c in g.child_groups], [plain(h.name) for h in g.hosts])
+        group_files[plain(g.name)] = [ctx.var(k, v, fallback) for k, v in plugin_vars(g).items()]
+    host_origins = {plain(name): ctx.origin(name) or Origin(ctx.shown(str(h.vars.get("inventory_file") or where)),
+                                                            None)  # INI, plugins: the source that added it
+                    for name, h in manager.hosts.items()}
+    host_vars = {plain(name): [ctx.var(k, v, host_origins[name]) for k, v in h.vars.items()
+                        if k not in ("inventory_file", "inventory_dir")] for name, h in manager.hosts.items()}
+    host_files = {plain(name): [ctx.var(k, v, host_origins[name]) for k, v in plugin_vars(h).items()]
+                  for name, h in manager.hosts.items()}
+    settings = [Setting(v, group=g.name) for g in groups.values() for v in g.vars.values()]
+    settings += [Setting(v, host=h) for h, lst in host_vars.items() for v in lst]
+    settings += [Setting(v, group=g) for g, lst in group_files.items() for v in lst]
+    settings += [Setting(v, host=h) for h, lst in host_files.items() for v in lst]
+
     roles = roles or roles_dir()
-    return resolve(layout, files, read_role_defaults(roles), path, roles, target)
+    defaults = read_role_defaults(roles)
+    set_somewhere = {s.var.name for s in settings}
+
+    def layers(name: str, host_groups: list[str]) -> list[Var]:
+        """Where a host's values can come from, lowest first, as in VariableManager: the
+        inventory's all, group_vars/all, the other groups' inventory vars, their group_vars/,
+        the host's inventory vars, host_vars/. Used only to say where the winner was set."""
+        others = [g for g in host_groups if g != "all"]
+        return [*groups["all"].vars.values(), *group_files["all"],
+                *(v for g in others for v in groups[g].vars.values()), *(v for g in others for v in group_files[g]),
+                *host_vars[name], *host_files[name]]
+
+    def host(name: str) -> Host:
+        h = manager.hosts[name]
+        host_groups = [plain(g.name) for g in sort_groups(h.get_groups())]
+        winners = {v.name: v for v in layers(name, host_groups)}
+        merged: dict[str, Var] = {n: v for n, v in defaults.items() if n.startswith("kvprov_")}
+        for k, v in variables.get_vars(host=h, include_hostvars=False).items():
+            if k in set_somewhere:
+                var = ctx.var(k, v, host_origins[name])
+                won = winners.get(var.name)
+                merged[var.name] = won if won is not None and won.value == var.value else var
+        return Host(name, host_origins[name], host_groups, merged)
+
+    def members(group: str) -> list[str]:
+        inside = {h.name for h in manager.groups[group].get_hosts()}
+        return [plain(n) for n in manager.hosts if n in inside]
+
+    if target not in groups:
+        others = ", ".join(g for g in groups if g not in IMPLICIT_GROUPS) or "none"
+        raise InventoryError(f"no group {target}: kvprov configures the hosts of group {target} "
+                             f"(add them under all: children: {target}: hosts:; groups here: {others})", where)
+    targets = members(target)
+    if not targets:
+        origin = groups[target].origin
+        raise InventoryError(f"group {target} has no hosts", origin.file if origin else where,
+                             origin.line if origin else None)
+    storage = members(STORAGE_GROUP) if STORAGE_GROUP in groups and target != STORAGE_GROUP else []
+    issues = ctx.issues + _unused_vars_files(ctx.vars_files, groups, manager.hosts)
+    return Inventory(Path(given[0]), [host(n) for n in targets], groups, settings, defaults, roles,
+                     issues, [host(n) for n in storage], given)
+
+
+def _unused_vars_files(files: dict[str, dict[str, list[str]]], groups, hosts) -> list[Problem]:
+    """group_vars/host_vars files named after no group/host: Ansible ignores them silently."""
+    out = []
+    for kind, known in (("group", groups), ("host", hosts)):
+        for name, lst in files[kind].items():
+            if name not in known:
+                hint = did_you_mean(name, [k for k in known if k not in IMPLICIT_GROUPS])
+                out += [Problem(f, 1, None, None, f"no {kind} {name} in the inventory: Ansible ignores this file{hint}",
+                                "warning") for f in lst]
+    return out

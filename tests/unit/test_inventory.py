@@ -1,5 +1,7 @@
-"""Inventory loading: groups and targets, Ansible's precedence, group_vars/host_vars,
-role defaults, where every value came from, and clean YAML errors."""
+"""Inventory loading through ansible-core: groups and targets, Ansible's precedence,
+group_vars/host_vars, role defaults, where every value came from, clean YAML errors and
+kvprov's YAML lint; INI files, directories, several sources and constructed sources, each
+compared with `ansible-inventory --list`."""
 
 import json
 import shutil
@@ -10,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvprov import inventory
+from kvprov import check, inventory, inventory_lint
 from kvprov.errors import EXIT_USAGE
 from kvprov.inventory import InventoryError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, kvprov
 
 
 def write(path: Path, text: str) -> Path:
@@ -289,7 +291,7 @@ def test_yaml_error_in_group_vars_names_that_file(layered, tmp_path):
 def test_unreadable_and_empty_inventories(tmp_path):
     with pytest.raises(InventoryError, match="nope.yml: cannot read: No such file"):
         inventory.load(tmp_path / "nope.yml")
-    with pytest.raises(InventoryError, match="is a directory"):
+    with pytest.raises(InventoryError, match="not an inventory Ansible can parse: the directory holds no inventory source"):
         inventory.load(tmp_path)
     with pytest.raises(InventoryError, match="the inventory is empty"):
         inventory.load(write(tmp_path / "empty.yml", "# nothing\n"))
@@ -297,9 +299,42 @@ def test_unreadable_and_empty_inventories(tmp_path):
         inventory.load(write(tmp_path / "list.yml", "- gpu1\n"))
 
 
-def test_ini_inventories_are_named_as_such(tmp_path):
-    with pytest.raises(InventoryError, match=r"hosts.ini: this looks like an INI inventory"):
-        inventory.load(write(tmp_path / "hosts.ini", "[gpu_nodes]\ngpu1 ansible_host=10.0.0.1\n"))
+def test_an_unparsable_source_is_an_error_naming_it(tmp_path):
+    """Not Ansible's warning and an empty inventory: the file and Ansible's reason."""
+    path = write(tmp_path / "hosts.ini", "[gpu_nodes]\ngpu1\n[gpu_nodes:vars]\nno equals sign\n")
+    with pytest.raises(InventoryError) as e:
+        inventory.load(path)
+    assert str(e.value).startswith(f"{path}: not an inventory Ansible can parse: ")
+    assert "no equals sign" in str(e.value) and "(ini plugin)" in str(e.value)
+    assert e.value.exit_code == EXIT_USAGE
+    r = kvprov("check", str(path))
+    assert r.returncode == EXIT_USAGE and r.stderr == ""
+    assert r.stdout.splitlines()[0].startswith(f"{path}: not an inventory Ansible can parse: ")
+
+
+def test_an_unparsable_source_in_a_directory_names_that_file(tmp_path):
+    write(tmp_path / "inv/01-gpus.yml", "all:\n  children:\n    gpu_nodes:\n      hosts: {gpu1: }\n")
+    write(tmp_path / "inv/02-bad.yml", "plugin: constructed\ngroups: [not, a, mapping]\n")
+    with pytest.raises(InventoryError, match=rf"^{tmp_path}/inv/02-bad.yml: not an inventory Ansible can parse: "
+                                             r".*'groups'.* \(auto plugin\)$"):
+        inventory.load(tmp_path / "inv")
+
+
+def test_a_yaml_mistake_ansible_refuses_is_reported_by_the_lint(tmp_path):
+    """Ansible 2.19 refuses a group that is a list; kvprov says where, with its other findings."""
+    path = write(tmp_path / "inv.yml", """
+        all:
+          children:
+            gpu_nodes:
+              hosts:
+                gpu1: {v: 1, v: 2}
+            extra:
+              - not a mapping
+    """)
+    with pytest.raises(InventoryError) as e:
+        inventory.load(path)
+    assert [(p.file, p.line) for p in e.value.problems] == [(str(path), 5), (str(path), 7)]
+    assert e.value.problems[1].message == "group extra must be a mapping with hosts:, children:, vars:, got a list"
 
 
 def test_targets_are_required(tmp_path):
@@ -311,7 +346,8 @@ def test_targets_are_required(tmp_path):
 
 
 def test_children_loop_is_an_error(tmp_path):
-    with pytest.raises(InventoryError, match="group gpu_nodes is its own ancestor"):
+    with pytest.raises(InventoryError, match="Adding group 'rack' as child to 'gpu_nodes' creates a recursive "
+                                             r"dependency loop\. \(yaml plugin\)"):
         inventory.load(write(tmp_path / "inv.yml", """
             all:
               children:
@@ -359,9 +395,154 @@ def test_settings_list_every_place_a_variable_is_set(layered, tmp_path):
                       ("a", None, f"{tmp_path}/group_vars/a.yaml:1")}
 
 
-def test_parsing_is_pure():
-    layout = inventory.parse_inventory("all:\n  children:\n    gpu_nodes:\n      hosts:\n        g1: {x: 1}\n", "mem.yml")
-    assert list(layout.host_origins) == ["g1"]
-    assert layout.host_vars["g1"]["x"].origin == inventory.Origin("mem.yml", 5)
-    inv = inventory.resolve(layout, inventory.VarsFiles(), {}, Path("mem.yml"), Path("/none"))
-    assert inv.host_names == ["g1"] and inv.hosts[0].value("x") == 1
+def test_group_priority_counts_only_in_the_inventory_source(tmp_path):
+    """Ansible's rule: ansible_group_priority in group_vars/ does not order the groups."""
+    path = write(tmp_path / "inv.yml", """
+        all:
+          children:
+            gpu_nodes:
+              hosts: {h1: }
+            aaa:
+              vars: {v: aaa}
+              hosts: {h1: }
+            zzz:
+              vars: {v: zzz}
+              hosts: {h1: }
+    """)
+    write(tmp_path / "group_vars/aaa.yml", "ansible_group_priority: 10\n")
+    assert inventory.load(path).hosts[0].value("v") == "zzz"
+
+
+def test_lint_is_pure():
+    text = "all:\n  children:\n    gpu_nodes:\n      hosts:\n        g1: {x: 1, x: 2}\n      hostz:\n"
+    root, problems = inventory_lint.lint_inventory(text, "mem.yml")
+    assert [(p.file, p.line) for p in problems] == [("mem.yml", 5), ("mem.yml", 6)]
+    assert "duplicate key 'x'" in problems[0].message and "did you mean hosts?" in problems[1].message
+    assert inventory_lint.key_nodes(root)[(5, "g1")].start_mark.line == 4
+
+
+# ---------------------------------------------------------------------------- any source Ansible reads
+
+SOURCES = {  # name -> the source(s) as given, relative to the repository
+    "yaml": ["inventory/example.yml"],
+    "ini": ["tests/fixtures/inventories/ini/hosts.ini"],
+    "directory": ["tests/fixtures/inventories/dir"],
+    "constructed": ["tests/fixtures/inventories/constructed"],
+    "several": ["tests/fixtures/inventories/ini/hosts.ini", "tests/fixtures/inventories/dir/02-more.ini"],
+}
+
+
+def ansible_inventory_list(sources: list[str]) -> dict:
+    args = [a for s in sources for a in ("-i", s)]
+    out = subprocess.run(["ansible-inventory", *args, "--list"], capture_output=True, text=True, check=True,
+                         timeout=120, cwd=ROOT)
+    return json.loads(out.stdout)
+
+
+def untag(value):
+    """ansible-inventory --list marks strings made by a template as {"__ansible_unsafe": "..."}."""
+    if isinstance(value, dict):
+        if set(value) == {"__ansible_unsafe"}:
+            return value["__ansible_unsafe"]
+        return {k: untag(v) for k, v in value.items()}
+    return [untag(v) for v in value] if isinstance(value, list) else value
+
+
+@pytest.mark.skipif(shutil.which("ansible-inventory") is None, reason="ansible-inventory not installed")
+@pytest.mark.parametrize("name", SOURCES)
+def test_hosts_groups_and_values_are_ansible_inventorys(name, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    sources = SOURCES[name]
+    inv = inventory.load(sources if len(sources) > 1 else sources[0])
+    listed = ansible_inventory_list(sources)
+    hostvars = listed.pop("_meta")["hostvars"]
+    for group, body in listed.items():
+        if group != "all":  # --list shows the hosts of all under ungrouped
+            assert inv.groups[group].hosts == body.get("hosts", []), group
+        assert sorted(inv.groups[group].children) == sorted(body.get("children", [])), group
+
+    def below(group: str) -> set[str]:
+        body = listed.get(group, {})
+        return {*body.get("hosts", []), *(h for child in body.get("children", []) for h in below(child))}
+
+    assert inv.host_names == [h for h in hostvars if h in below("gpu_nodes")] and inv.hosts
+    for host in inv.hosts:
+        mine = {n: v.value for n, v in host.vars.items() if not v.origin.default}
+        assert mine == untag(hostvars[host.name]), host.name
+
+
+def test_an_ini_inventory_has_file_and_line(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    inv = inventory.load("tests/fixtures/inventories/ini/hosts.ini")
+    assert inv.host_names == ["gpu-a01.example.com", "gpu-a02.example.com", "gpu-b01.example.com"]
+    b01 = inv.host("gpu-b01.example.com")
+    assert b01.groups == ["all", "gpu_nodes", "rack_b"]
+    assert str(b01.var("kvprov_storage_rsize").origin) == "tests/fixtures/inventories/ini/hosts.ini:10"
+    assert b01.value("kvprov_storage_rsize") == 1048576
+    assert str(b01.var("kvprov_storage_nconnect").origin) == "tests/fixtures/inventories/ini/hosts.ini:13"
+    assert str(b01.var("kvprov_storage_nfs_version").origin) == "tests/fixtures/inventories/ini/group_vars/gpu_nodes.yml:1"
+    assert str(b01.origin) == "tests/fixtures/inventories/ini/hosts.ini"  # INI hosts carry no line: the source
+    assert b01.is_default("kvprov_storage_profile")
+
+
+def test_check_on_an_ini_inventory_points_at_the_line(tmp_path):
+    path = write(tmp_path / "hosts.ini", """
+        [gpu_nodes]
+        gpu1 kvprov_storage_server=10.0.0.5 kvprov_storage_nfs_port=port20049
+        gpu2 kvprov_storage_server=10.0.0.6
+
+        [gpu_nodes:vars]
+        kvprov_storage_nconnect=99
+    """)
+    r = kvprov("check", str(path))
+    lines = r.stdout.splitlines()
+    assert any(line.startswith(f'{path}:2: host gpu1: kvprov_storage_nfs_port: expected an integer, got the string '
+                               '"port20049"') for line in lines), r.stdout
+    assert any(line.startswith(f"{path}:6: ") and "kvprov_storage_nconnect" in line for line in lines), r.stdout
+    assert r.returncode == EXIT_USAGE and r.stderr == ""
+
+
+def test_a_constructed_value_names_its_source(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    inv = inventory.load("tests/fixtures/inventories/constructed")
+    assert inv.host_names == ["node1", "node2"]  # mgmt1 is not constructed into gpu_nodes
+    node2 = inv.host("node2")
+    assert node2.groups == ["all", "gpu_nodes", "rack_b"]
+    assert node2.value("kvprov_storage_server") == "10.0.0.6" and type(node2.value("kvprov_storage_server")) is str
+    assert str(node2.var("kvprov_storage_server").origin) == "tests/fixtures/inventories/constructed/02-groups.yml:9"
+
+
+def test_a_directory_merges_its_files_and_vars(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    inv = inventory.load("tests/fixtures/inventories/dir")
+    assert inv.host_names == ["gpu-a01", "gpu-c01"]
+    c01 = inv.host("gpu-c01")
+    assert c01.groups == ["all", "gpu_nodes", "rack_c"]
+    assert str(c01.var("kvprov_storage_nfs_version").origin) == "tests/fixtures/inventories/dir/01-gpus.yml:7"
+    assert str(c01.var("kvprov_storage_server").origin) == "tests/fixtures/inventories/dir/host_vars/gpu-c01.yml:1"
+    assert str(c01.origin) == "tests/fixtures/inventories/dir/02-more.ini"
+    assert str(inv.host("gpu-a01").origin) == "tests/fixtures/inventories/dir/01-gpus.yml:11"
+
+
+def test_yaml_files_of_a_directory_are_linted(tmp_path):
+    write(tmp_path / "inv/hosts.yml", """
+        all:
+          children:
+            gpu_nodes:
+              hosts:
+                gpu1: {kvprov_storage_server: 10.0.0.5}
+              hostz:
+                gpu2:
+    """)
+    problems = check.run(str(tmp_path / "inv"))[1]
+    assert [(p.file, p.line) for p in problems] == [(f"{tmp_path}/inv/hosts.yml", 6)]
+    assert "unexpected key 'hostz'" in problems[0].message
+
+
+def test_values_are_plain_python(monkeypatch):
+    """No Ansible tag types leak out: values dump as YAML, names are plain strings."""
+    monkeypatch.chdir(ROOT)
+    for sources in SOURCES.values():
+        for host in inventory.load(sources if len(sources) > 1 else sources[0]).hosts:
+            yaml.safe_dump(host.values())
+            assert all(type(n) is str and type(v.name) is str for n, v in host.vars.items())
