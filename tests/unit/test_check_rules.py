@@ -1,6 +1,8 @@
 """kvprov check's rules one at a time, on values (no inventory file): each names what is
 wrong, exactly."""
 
+import json
+
 from kvprov import check
 from kvprov.check import Finding
 
@@ -14,3 +16,73 @@ def test_environment_takes_names_with_a_string_or_a_number():
         Finding("L: give a string or a number, got a list", ("L",)),
         Finding("M: give a string or a number, got a mapping", ("M",)),
     ]
+
+
+def test_fraction_is_more_than_0_and_at_most_1():
+    assert check.fraction(1) == check.fraction(0.5) == check.fraction(1e-9) == []
+    assert check.fraction(0) == [Finding("must be in (0, 1], got 0")]
+    assert check.fraction(1.01) == [Finding("must be in (0, 1], got 1.01")]
+    assert check.fraction(-0.5) == [Finding("must be in (0, 1], got -0.5")]
+
+
+def test_nixl_plugins_reports_every_plugin_that_is_not_a_table():
+    assert check.nixl_plugins({"posix": True, "gds": [], "gds_mt": {"active": True}}) == [
+        Finding("[plugin.posix] must be a table of settings (a mapping), got the boolean true", ("posix",)),
+        Finding("[plugin.gds] must be a table of settings (a mapping), got a list", ("gds",)),
+    ]
+
+
+def instance_findings(*instances) -> list[str]:
+    names: dict = {}
+    ports: dict = {}
+    return [f.message for i, inst in enumerate(instances) for f in check._instance(i, inst, names, ports)]
+
+
+def test_instances_need_a_unique_name_and_port():
+    assert instance_findings({"name": "a", "port": 8000}, {"name": "b", "port": 8001}) == []
+    assert instance_findings({"port": 8000}, {"name": "a"}, {"name": "a", "port": 8000}) == [
+        "instance 1: no name (it names the units, e.g. kvprov-vllm-<name>.service)",
+        "instance a: no port (the --port it serves on)",
+        'instance 3: name "a" is already used by instance 2',
+        "instance 3: port 8000 is already used by instance 1",
+    ]
+    assert instance_findings({"name": "A b", "port": 0}) == [
+        'instance 1: name must be lower-case letters, digits, _ or - (it names the unit and the storage directory), '
+        'got the string "A b"',
+        "instance 1: port 0 is out of range: must be 1..65535"]
+
+
+def test_cuda_visible_devices_as_a_number_says_how_to_write_it():
+    def message(devices) -> str:
+        [m] = instance_findings({"name": "a", "port": 1, "cuda_visible_devices": devices})
+        return m
+
+    assert message(0) == 'instance a: cuda_visible_devices: expected a string, got the number 0: quote it ("0")'
+    assert message(True) == ('instance a: cuda_visible_devices: expected a string, got the boolean true: '
+                             'quote it ("true")')
+    assert message(1.5) == 'instance a: cuda_visible_devices: expected a string, got the number 1.5: quote it ("1.5")'
+
+
+def host_problems(tmp_path, **host_vars) -> list[str]:
+    """`kvprov check` on one host gpu1 with these variables: "VARIABLE: MESSAGE" per problem."""
+    inv = {"all": {"children": {"gpu_nodes": {"hosts": {"gpu1": {"kvprov_storage_server": "10.0.0.5", **host_vars}}}}}}
+    path = tmp_path / "inv.yml"
+    path.write_text(json.dumps(inv))  # JSON is YAML
+    return [f"{p.variable}: {p.message}" for p in check.run(str(path))[1]]
+
+
+def test_one_nconnect_is_no_trunking_so_max_connect_in_the_extra_options_is_named_once(tmp_path):
+    assert host_problems(tmp_path, kvprov_storage_nconnect=1, kvprov_storage_extra_options=["max_connect=2"]) == [
+        'kvprov_storage_nconnect: nconnect 1 together with session trunking ("max_connect" in '
+        "kvprov_storage_extra_options): use one or the other (NetApp: with both, only the metadata server "
+        "benefits); set kvprov_storage_trunking: none to keep nconnect, or kvprov_storage_nconnect: 0"]
+
+
+def test_nconnect_in_the_extra_options_is_fine_without_trunking(tmp_path):
+    assert host_problems(tmp_path, kvprov_storage_trunking="none", kvprov_storage_extra_options=["nconnect=4"]) == []
+
+
+def test_a_trunking_flag_in_the_extra_options_names_the_variable_to_set(tmp_path):
+    assert host_problems(tmp_path, kvprov_storage_extra_options=["trunkdiscovery"]) == [
+        'kvprov_storage_extra_options: "trunkdiscovery" conflicts with kvprov_storage_trunking: auto (the role adds '
+        "max_connect or trunkdiscovery itself): set kvprov_storage_trunking: trunkdiscovery instead"]
