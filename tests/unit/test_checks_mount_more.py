@@ -76,3 +76,15 @@ def test_a_mount_unit_not_enabled_fails_naming_its_state():
         assert found == f"UnitFileState={shown}: not mounted at boot (`systemctl enable mnt-kvcache.mount`)"
         assert fix == ("kvprov deploy INVENTORY --limit gpu-a01.corp.example.com --tags kvcache_mount "
                        "(add --allow-remount when the live mount differs)")
+
+
+def test_missing_client_packages_are_named_with_the_roles_that_install_them():
+    files = files_of("gpu_a01")
+    text = files["packages.txt"].decode()
+    assert check(files, "packages.required") == (
+        PASS, "nfs-common 1:2.6.1-1ubuntu1.2, rdma-core 2404mlnx51-1.2404066", "")
+    files["packages.txt"] = "\n".join(line for line in text.splitlines()
+                                      if not line.startswith(("nfs-common", "rdma-core"))).encode()
+    assert check(files, "packages.required") == (
+        FAIL, "not installed: nfs-common or nfs-utils, rdma-core",
+        "kvprov deploy INVENTORY --limit gpu-a01.corp.example.com --tags kvcache_mount,rdma")
