@@ -80,3 +80,18 @@ found: yes</system-out>
 def test_junit_replaces_characters_xml_cannot_carry():
     bad = [Result("x.y", "mount", "fail", "", "a\x00b", "", "h")]
     assert '<failure message="a\ufffdb" type="fail">found: a\ufffdb</failure>' in report.to_junit(bad)
+
+
+def test_write_file_names_the_path_and_the_reason(tmp_path):
+    import pytest
+
+    from kvprov.errors import KvprovError
+
+    with pytest.raises(KvprovError) as e:
+        report.write_file(str(tmp_path / "no/such/dir/r.json"), "x")
+    assert str(e.value) == f"cannot write {tmp_path}/no/such/dir/r.json: No such file or directory"
+    (tmp_path / "d").mkdir()
+    with pytest.raises(KvprovError) as e:
+        report.write_file(str(tmp_path), "x")  # a directory is in the way of the rename
+    assert str(e.value) == f"cannot write {tmp_path}: Is a directory"
+    assert list(tmp_path.parent.glob(f".{tmp_path.name}.*")) == []  # the temporary file is gone
