@@ -93,3 +93,40 @@ def test_unreachable_result_names_the_host_and_the_fix():
     assert (res.id, res.category, res.status, res.host, res.found) == (
         "host.reachable", "host", FAIL, "gpu9", "ssh: connect refused")
     assert res.fix.startswith("check ssh to the host")
+
+
+def toml_drift(live: str):
+    from kvprov.validate import bundle as bf
+    from kvprov.validate.bundle import Bundle
+    from tests.conftest import FIXTURES
+
+    root = FIXTURES / "bundles/local_c1"
+    files = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    files["files/etc/kvprov/nixl_backend_config.toml"] = live.encode()
+    b = Bundle(files=files)
+    [r] = [r for r in audit.audit(b, bf.load_desired(b)) if r.id == "file:/etc/kvprov/nixl_backend_config.toml"]
+    return r
+
+
+HEADER = ["--- /etc/kvprov/nixl_backend_config.toml (desired)", "+++ /etc/kvprov/nixl_backend_config.toml (live)"]
+
+
+def test_a_long_diff_shows_its_first_60_lines_and_counts_the_rest():
+    r = toml_drift("".join(f"x{i} = 1\n" for i in range(70)))  # the 9 desired lines replaced by 70
+    assert (r.status, r.found, r.fix) == (FAIL, "79 line(s) differ", "kvprov deploy INVENTORY --limit kvlab-c1 --tags nixl")
+    lines = r.detail.split("\n")
+    assert lines[:3] == HEADER + ["@@ -1,9 +1,70 @@"] and len(lines) == 61
+    assert lines[-2:] == ["+x47 = 1", "... 22 more diff lines"]
+
+
+def test_a_diff_of_exactly_60_lines_is_shown_whole():
+    r = toml_drift("".join(f"x{i} = 1\n" for i in range(48)))  # 2 + 1 + 9 + 48 diff lines
+    lines = r.detail.split("\n")
+    assert r.found == "57 line(s) differ" and len(lines) == 60 and lines[-1] == "+x47 = 1"
+
+
+def test_a_live_file_without_its_last_newline_still_shows_one_diff_line_per_line():
+    r = toml_drift("a = 1")
+    lines = r.detail.split("\n")
+    assert lines[:3] == HEADER + ["@@ -1,9 +1 @@"] and lines[-1] == "+a = 1" and len(lines) == 13
+    assert r.found == "10 line(s) differ"
