@@ -130,3 +130,12 @@ def test_a_live_file_without_its_last_newline_still_shows_one_diff_line_per_line
     lines = r.detail.split("\n")
     assert lines[:3] == HEADER + ["@@ -1,9 +1 @@"] and lines[-1] == "+a = 1" and len(lines) == 13
     assert r.found == "10 line(s) differ"
+
+
+def test_one_changed_setting_is_shown_with_one_line_of_context():
+    from tests.conftest import FIXTURES
+
+    desired = (FIXTURES / "bundles/local_c1/files/etc/kvprov/nixl_backend_config.toml").read_text()
+    r = toml_drift(desired.replace("use_aio = false", "use_aio = true"))
+    assert r.found == "2 line(s) differ"
+    assert r.detail.split("\n") == HEADER + ["@@ -8,2 +8,2 @@", " active = true", "-use_aio = false", "+use_aio = true"]
