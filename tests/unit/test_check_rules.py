@@ -86,3 +86,26 @@ def test_a_trunking_flag_in_the_extra_options_names_the_variable_to_set(tmp_path
     assert host_problems(tmp_path, kvprov_storage_extra_options=["trunkdiscovery"]) == [
         'kvprov_storage_extra_options: "trunkdiscovery" conflicts with kvprov_storage_trunking: auto (the role adds '
         "max_connect or trunkdiscovery itself): set kvprov_storage_trunking: trunkdiscovery instead"]
+
+
+def test_secret_file_holds_one_printable_line_and_is_private(tmp_path):
+    good = tmp_path / "key"
+    good.write_text("s3cr3t-Value_1!\n")
+    good.chmod(0o600)
+    assert check.secret_file(str(good)) == [] and check.secret_file("") == []
+    good.chmod(0o640)
+    assert check.secret_file(str(good)) == [
+        Finding(f'"{good}" can be read by others on this controller: chmod 600 it', severity="warning")]
+    rule = ("must hold the secret on one line of printable ASCII without spaces, quotes, backslashes, $ or ` "
+            "(systemd's EnvironmentFile= would rewrite it)")
+    for text in ("two\nlines\n", "with space\n", 'quo"te\n', "\n", "dollar$\n"):
+        bad = tmp_path / "bad"
+        bad.write_text(text)
+        bad.chmod(0o600)
+        assert check.secret_file(str(bad)) == [Finding(f'"{bad}" {rule}')], text
+    assert check.secret_file(str(tmp_path / "none")) == [
+        Finding(f'"{tmp_path}/none" is not a file on this controller (deploy copies the secret from it)')]
+    binary = tmp_path / "bin"
+    binary.write_bytes(b"\xff\xfe")
+    assert check.secret_file(str(binary)) == [
+        Finding(f'"{binary}" cannot be read: \'utf-8\' codec can\'t decode byte 0xff in position 0: invalid start byte')]

@@ -34,3 +34,17 @@ def test_a_file_already_there_is_replaced_and_made_private(tmp_path):
     assert write_bundle(tmp_path, {"a.txt": "new"}) == ["a.txt"]
     assert (tmp_path / "a.txt").read_text() == "new"
     assert stat.S_IMODE((tmp_path / "a.txt").stat().st_mode) == 0o600
+
+
+def test_bundle_files_from_the_capture_task_result():
+    import json
+
+    from kvprov.validate.collect import bundle_files
+
+    captured = {"ansible_facts": {"kvprov_collected": {"files": {"proc/modules": "x"}, "desired": {"host": "h"}}}}
+    files = bundle_files(captured)
+    assert files == {"proc/modules": "x", "desired.json": json.dumps({"host": "h"}, indent=2)}
+    assert captured["ansible_facts"]["kvprov_collected"]["files"] == {"proc/modules": "x"}  # not changed
+    assert bundle_files({"ansible_facts": {"kvprov_collected": {"files": {"a": "b"}, "desired": "no"}}}) == {"a": "b"}
+    assert bundle_files({}) == {} and bundle_files({"ansible_facts": None}) == {}
+    assert bundle_files({"ansible_facts": {"kvprov_collected": {"files": None}}}) == {}
