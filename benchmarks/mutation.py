@@ -63,6 +63,16 @@ TESTS_FOR = {
                                                           "test_audit*.py", "test_testinfra_checks.py",
                                                           "test_parsers*.py", "test_checks_*.py"],
 }
+# Functions that only run against live hosts (Ansible, systemctl, a real /proc/self/mountinfo):
+# the lab tests exercise them, the unit suite cannot, so they are not mutated (listed in the
+# result). Argparse wiring (add_parser) is not mutated either.
+LIVE = {
+    "kvprov/audit.py": {"gather": "captures every host through Ansible", "cmd_audit": "the CLI on live hosts"},
+    "kvprov/validate/collect.py": {"collect": "captures every host through Ansible",
+                                   "cmd_collect": "the CLI on live hosts"},
+    "roles/kvcache_mount/library/kvprov_mount_state.py": {
+        "main": "the Ansible module's entry: AnsibleModule on the host, its real mountinfo"},
+}
 SLOW = 3.0  # seconds (traced): a test this slow runs ansible or an engine; it is left out of the mutant runs
 PYTEST_ARGS = ["-q", "-x", "--no-header", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts="]
 
@@ -100,7 +110,8 @@ OP_RE = {"in": r"(?<![\w.])in(?!\w)", "not in": r"(?<![\w.])not\s+in(?!\w)", "is
 class _Finder(ast.NodeVisitor):
     """Collects (start, end, replacement, scope) edits on one module's source."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, live: dict[str, str]):
+        self.live = live
         self.lines = text.splitlines(keepends=True)
         self.offsets = [0]
         for ln in self.lines:
@@ -161,8 +172,8 @@ class _Finder(ast.NodeVisitor):
             self.visit(d)
         for default in node.args.defaults + [d for d in node.args.kw_defaults if d]:
             self.visit(default)
-        if node.name == "add_parser":  # argparse wiring: exercised by the CLI tests, not the checks
-            return
+        if not self.func_depth and not self.scope and (node.name == "add_parser" or node.name in self.live):
+            return  # see LIVE
         if not self.func_depth:
             self.function = ".".join(self.scope + [node.name])
         self.func_depth += 1
@@ -308,7 +319,7 @@ class _Finder(ast.NodeVisitor):
 def mutants_of(root: Path, rel: str) -> list[Mutant]:
     text = (root / rel).read_text()
     tree = ast.parse(text)
-    finder = _Finder(text)
+    finder = _Finder(text, LIVE.get(rel, {}))
     finder.visit(tree)
     out: list[Mutant] = []
     seen: dict[str, int] = {}
@@ -894,6 +905,9 @@ def report(args, mutants: list[Mutant], files: list[str], equivalent: dict, unkn
         print(f"\n{EQUIVALENT.name}: entries matching no mutant any more (remove or update them):")
         for ident in unknown:
             print(f"  {ident}")
+    live = [f"{path}:{func} ({why})" for path, funcs in LIVE.items() if path in files for func, why in funcs.items()]
+    if live:
+        print("\nnot mutated, they run only against live hosts (the lab tests'):\n  " + "\n  ".join(live))
     print("\nmutation score (killed / mutants that are not equivalent):")
     for key in sorted(per, key=lambda k: (k == "overall", k)):
         d = per[key]
@@ -910,6 +924,7 @@ def report(args, mutants: list[Mutant], files: list[str], equivalent: dict, unkn
         "minutes": round(elapsed / 60, 1),
         "modules": args.module or MODULES, "scores": per,
         "tests_failing_without_mutants": failed,
+        "not_mutated": {path: funcs for path, funcs in LIVE.items() if path in files},
         "equivalent": [{"id": m.id, "where": m.where(), "why": equivalent[m.id]} for m in mutants
                        if m.status == "equivalent"],
         "survivors": [{"id": m.id, "where": m.where(), "status": m.status} for m in survivors],

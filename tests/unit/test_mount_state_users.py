@@ -36,3 +36,31 @@ def test_the_real_proc_by_default(tmp_path, monkeypatch):
     users = ms.open_users(str(tmp_path))
     assert {"pid": os.getpid(), "comm": ms._read(f"/proc/{os.getpid()}/comm"),
             "unit": ms.service_of(ms._read(f"/proc/{os.getpid()}/cgroup"))} in users
+
+
+class FakeModule:
+    """AnsibleModule.run_command's answers, by command; the commands asked are kept."""
+
+    def __init__(self, answers: dict):
+        self.answers, self.asked = answers, []
+
+    def run_command(self, argv):
+        self.asked.append(argv)
+        return self.answers[tuple(argv[:2])]
+
+
+def test_active_dependents_are_the_running_services_that_need_the_mount():
+    m = FakeModule({("systemctl", "show"): (0, "b.service a.service\nx.target c.service\n", ""),
+                    ("systemctl", "is-active"): (3, "active\ninactive\nactivating\n", "")})
+    assert ms.active_dependents(m, "mnt-kv.mount") == ["a.service", "c.service"]
+    assert m.asked == [["systemctl", "show", "--value", "-p", "RequiredBy", "-p", "BoundBy", "mnt-kv.mount"],
+                       ["systemctl", "is-active", "a.service", "b.service", "c.service"]]
+    m = FakeModule({("systemctl", "show"): (0, "a.service\n", ""), ("systemctl", "is-active"): (0, "reloading\n", "")})
+    assert ms.active_dependents(m, "u") == ["a.service"]
+
+
+def test_no_dependents_when_systemctl_fails_or_names_none():
+    m = FakeModule({("systemctl", "show"): (1, "a.service", "")})
+    assert ms.active_dependents(m, "u") == [] and len(m.asked) == 1
+    m = FakeModule({("systemctl", "show"): (0, "\n\n", "")})
+    assert ms.active_dependents(m, "u") == [] and len(m.asked) == 1
