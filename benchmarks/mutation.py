@@ -88,7 +88,7 @@ class Mutant:
     source: str = field(repr=False, default="")
     id: str = ""
     status: str = ""    # killed | timeout | survived | not covered | equivalent | error
-    tests: int = 0      # the tests that execute its line (at most --max-tests of them run)
+    tests: int = 0      # the tests that execute its line (in a function: at most --max-tests of them run)
     seconds: float = 0.0
     run: list = field(repr=False, default_factory=list)  # the tests to run, fastest first
     again: list | None = field(repr=False, default=None)  # module-level statements to run again to plant it
@@ -707,9 +707,9 @@ def main() -> int:
     ap.add_argument("--module", action="append", help="a file or directory to mutate (repeatable; default: all of "
                     + ", ".join(MODULES) + ")")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--max-tests", type=int, default=30, metavar="N",
-                    help="run at most the N fastest tests that execute a mutant's line (default 30: the checking "
-                         "rules' corpus tests execute much of check.py; fewer tests can only lower the score)")
+    ap.add_argument("--max-tests", type=int, default=40, metavar="N",
+                    help="run at most the N fastest tests that execute the line of a mutant in a function (default "
+                         "40: the rules' corpus tests execute much of check.py; fewer tests can only lower the score)")
     ap.add_argument("--json", type=Path, default=RESULTS / "mutation.json")
     ap.add_argument("--keep", action="store_true", help="keep the temporary copies (their path is printed)")
     ap.add_argument("--reuse-trace", type=Path, help=argparse.SUPPRESS)  # development: phase 1 read from/saved to FILE
@@ -811,7 +811,9 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
                 m.status = "not covered"
                 continue
             m.tests = len(chosen)
-            m.run = sorted(chosen, key=lambda n: (durations.get(n, 1.0), n))[:args.max_tests]
+            m.run = sorted(chosen, key=lambda n: (durations.get(n, 1.0), n))
+            if m.scope != "<module>":  # a module-level one runs all: its tests are not chosen by line
+                m.run = m.run[:args.max_tests]
             todo.append(m)
     if slow:
         print(f"mutation: {len(slow)} tests slower than {SLOW:.0f} s are left out: {', '.join(slow)}", flush=True)
@@ -898,23 +900,21 @@ def report(args, mutants: list[Mutant], files: list[str], equivalent: dict, unkn
         d["score"] = round(100.0 * d["killed"] / scored, 1) if scored else 100.0
 
     survivors = [m for m in mutants if m.status not in ("killed", "timeout", "equivalent")]
-    print("\nsurviving mutants:")
-    for m in survivors:
-        print(f"  {m.where()}  [{m.status}]")
+    out = ["surviving mutants:"] + [f"  {m.where()}  [{m.status}]" for m in survivors]
     if unknown:
-        print(f"\n{EQUIVALENT.name}: entries matching no mutant any more (remove or update them):")
-        for ident in unknown:
-            print(f"  {ident}")
+        out += ["", f"{EQUIVALENT.name}: entries matching no mutant any more (remove or update them):"]
+        out += [f"  {ident}" for ident in unknown]
     live = [f"{path}:{func} ({why})" for path, funcs in LIVE.items() if path in files for func, why in funcs.items()]
     if live:
-        print("\nnot mutated, they run only against live hosts (the lab tests'):\n  " + "\n  ".join(live))
-    print("\nmutation score (killed / mutants that are not equivalent):")
+        out += ["", "not mutated, they run only against live hosts (the lab tests'):"] + [f"  {x}" for x in live]
+    elapsed = time.monotonic() - started
+    out += ["", "mutation score (killed / mutants that are not equivalent):"]
     for key in sorted(per, key=lambda k: (k == "overall", k)):
         d = per[key]
-        print(f"  {key:58} {d['killed']:5} / {d['mutants'] - d['equivalent']:5}  {d['score']:5.1f} %"
-              + (f"  ({d['equivalent']} equivalent)" if d["equivalent"] else ""))
-    elapsed = time.monotonic() - started
-    print(f"  ({elapsed / 60:.1f} min, {args.jobs} jobs)")
+        out.append(f"  {key:52} {d['killed']:5} / {d['mutants'] - d['equivalent']:5}  {d['score']:5.1f} %"
+                   + (f"  ({d['equivalent']} equivalent)" if d["equivalent"] else ""))
+    out.append(f"  ({elapsed / 60:.1f} min, {args.jobs} jobs, at most {args.max_tests} tests a mutant)")
+    print("\n" + "\n".join(out))
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     dirty = bool(subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", *files, "tests/unit"],
                                 capture_output=True, text=True).stdout.strip())
@@ -932,7 +932,11 @@ def report(args, mutants: list[Mutant], files: list[str], equivalent: dict, unkn
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"  written: {args.json}")
+    summary = args.json.with_suffix(".txt")  # the score first, then the survivors
+    summary.write_text("\n".join(out[out.index("mutation score (killed / mutants that are not equivalent):"):]
+                                 + [f"  commit {commit}" + (" + uncommitted changes" if dirty else ""), ""]
+                                 + out[:out.index("mutation score (killed / mutants that are not equivalent):")]))
+    print(f"  written: {args.json}, {summary}")
     return 0
 
 
