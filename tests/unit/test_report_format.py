@@ -95,3 +95,15 @@ def test_write_file_names_the_path_and_the_reason(tmp_path):
         report.write_file(str(tmp_path), "x")  # a directory is in the way of the rename
     assert str(e.value) == f"cannot write {tmp_path}: Is a directory"
     assert list(tmp_path.parent.glob(f".{tmp_path.name}.*")) == []  # the temporary file is gone
+
+
+def test_a_result_has_empty_texts_unless_given():
+    from dataclasses import asdict
+
+    assert asdict(Result("mount.options", "mount", "pass")) == {
+        "id": "mount.options", "category": "mount", "status": "pass", "expected": "", "found": "", "fix": "",
+        "host": "", "detail": ""}
+    from kvprov.validate.result import res
+
+    assert asdict(res("fail")) == {"id": "", "category": "", "status": "fail", "expected": "", "found": "", "fix": "",
+                                   "host": "", "detail": ""}
