@@ -107,3 +107,24 @@ def test_a_result_has_empty_texts_unless_given():
 
     assert asdict(res("fail")) == {"id": "", "category": "", "status": "fail", "expected": "", "found": "", "fix": "",
                                    "host": "", "detail": ""}
+
+
+def test_show_escapes_control_characters_and_caps_the_length():
+    from kvprov.validate.result import show
+
+    assert show("a\tb\x00c\\d") == "a\\tb\\x00c\\d"
+    assert show("x" * 160) == "x" * 160 and show("x" * 161) == "x" * 160 + "..."
+    assert show("abcdef", 3) == "abc..." and show("abc", 3) == "abc"
+    assert show("ab\n", 4) == "ab\\n" and show("ab\n", 3) == "ab\\..."  # the escape counts
+    assert show({"k": [1, None]}) == '{"k": [1, null]}'
+
+
+def test_summary_counts_every_status_and_fails_on_a_failure():
+    ok = [Result("a", "mount", "pass", host="h"), Result("b", "gds", "skip", host="h"),
+          Result("c", "nixl", "warn", host="h")]
+    assert summarize(ok) == Result("summary", "summary", "pass", "no failed check",
+                                   "1 pass, 0 fail, 1 warn, 1 skip", "", "h")
+    assert summarize(ok + [Result("d", "rdma", "fail", host="h")]) == Result(
+        "summary", "summary", "fail", "no failed check", "1 pass, 1 fail, 1 warn, 1 skip",
+        "fix the failed checks above, then collect and validate again", "h")
+    assert summarize([]) == Result("summary", "summary", "pass", "no failed check", "0 pass, 0 fail, 0 warn, 0 skip")
