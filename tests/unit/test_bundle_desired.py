@@ -82,3 +82,11 @@ def test_an_unusable_desired_json_fails_naming_the_problem():
     result = desired_check(None, ValueError("format 9 is newer than this kvprov"), desired(), "INV")
     assert (result.id, result.category, result.status) == ("bundle.desired", "bundle", FAIL)
     assert result.found == "the bundle's desired.json is unusable (format 9 is newer than this kvprov)"
+
+
+def test_exactly_eight_differences_are_all_listed():
+    inventory = desired({f"/etc/f{i}": {"mode": "0644", "role": "gds", "content": "x"} for i in range(2)},
+                        storage__profile="nfs_tcp", storage__export="/other")
+    result = desired_check(desired(), None, inventory, "INV")
+    assert len(desired_differences(desired(), inventory)) == 8
+    assert not result.found.endswith("more") and result.found.count(";") == 7

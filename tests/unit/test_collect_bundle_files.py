@@ -17,11 +17,11 @@ def test_names_that_would_leave_the_bundle_are_refused():
 
 def test_bundle_files_are_private_and_hold_what_was_captured(tmp_path):
     root = tmp_path / "out" / "gpu1"
-    files = {"b/c/d.txt": "deep\n", "a.txt": "top", "../escape": "no", "/abs": "no", "n.txt": None}
-    assert write_bundle(root, files) == ["a.txt", "b/c/d.txt"]
+    files = {"b/c/d.txt": "deep\n", "b/e.txt": "", "a.txt": "top", "../escape": "no", "/abs": "no", "n.txt": None}
+    assert write_bundle(root, files) == ["a.txt", "b/c/d.txt", "b/e.txt"]  # b made once, then found
     assert (root / "a.txt").read_text() == "top" and (root / "b/c/d.txt").read_text() == "deep\n"
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
-        "out", "out/gpu1", "out/gpu1/a.txt", "out/gpu1/b", "out/gpu1/b/c", "out/gpu1/b/c/d.txt"]
+        "out", "out/gpu1", "out/gpu1/a.txt", "out/gpu1/b", "out/gpu1/b/c", "out/gpu1/b/c/d.txt", "out/gpu1/b/e.txt"]
     for d in (root, root / "b", root / "b/c"):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
     for f in (root / "a.txt", root / "b/c/d.txt"):
