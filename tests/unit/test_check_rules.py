@@ -109,3 +109,43 @@ def test_secret_file_holds_one_printable_line_and_is_private(tmp_path):
     binary.write_bytes(b"\xff\xfe")
     assert check.secret_file(str(binary)) == [
         Finding(f'"{binary}" cannot be read: \'utf-8\' codec can\'t decode byte 0xff in position 0: invalid start byte')]
+
+
+def test_extra_options_that_a_variable_sets_name_it_and_why_4_0_is_refused():
+    tail = ": remove it from the extra options and set that variable"
+    v40 = ' ("4.1" or "4.2"); NFSv4.0 cannot do pNFS'
+    assert [f.message for f in check.extra_options(["hard", "vers=4", "nfsvers=4.0", "minorversion=0",
+                                                    "minorversion=1", "vers=4.2", "port", 7])] == [
+        f'"vers=4" is set by kvprov_storage_nfs_version{tail}{v40} and vers=4 can land on 4.0',
+        f'"nfsvers=4.0" is set by kvprov_storage_nfs_version{tail}{v40}',
+        f'"minorversion=0" is set by kvprov_storage_nfs_version{tail}{v40}',
+        f'"minorversion=1" is set by kvprov_storage_nfs_version{tail}',
+        f'"vers=4.2" is set by kvprov_storage_nfs_version{tail}',
+        f'"port" is set by kvprov_storage_nfs_port{tail}',
+    ]
+    assert [f.path for f in check.extra_options(["hard", "rsize=1", "wsize=2"])] == [(1,), (2,)]
+
+
+def test_int_range_says_the_range_or_the_nearest_multiple():
+    rule = check.int_range(4096, 1048576, 4096, " (bytes)")
+    assert rule(8192) == [] and rule(4096) == [] and rule(1048576) == []
+    assert rule(4095) == [Finding("4095 is out of range: must be 4096..1048576 (bytes)")]
+    assert rule(1048577) == [Finding("1048577 is out of range: must be 4096..1048576 (bytes)")]
+    assert rule(10000) == [Finding("10000 is not a multiple of 4096: use e.g. 8192")]
+    assert check.int_range(1)(0) == [Finding("0 is out of range: must be >= 1")]
+    assert check.int_range(0, multiple=8)(5) == [Finding("5 is not a multiple of 8: use e.g. 8")]
+
+
+def test_serial_takes_numbers_percentages_or_a_list_of_them():
+    assert check.serial(1) == check.serial("25%") == check.serial([1, "10%", "100%"]) == []
+    message = (' is not a batch size: give a number of hosts (10), a percentage ("25%") or a list of them '
+               '([1, "10%", "100%"])')
+    assert check.serial(0) == [Finding("the number 0" + message)]
+    assert check.serial([2, "0%", "x"]) == [Finding('the string "0%"' + message)]
+    assert check.serial([]) == [Finding("a list" + message)]
+
+
+def test_type_error_for_a_missing_string():
+    assert check.type_error(None, "str") == 'expected a string, got nothing (null): give a value, or "" for empty'
+    assert check.type_error(5, "str") == "expected a string, got the number 5"
+    assert check.type_error("x", "str") is None
