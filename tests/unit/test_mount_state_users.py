@@ -64,3 +64,24 @@ def test_no_dependents_when_systemctl_fails_or_names_none():
     assert ms.active_dependents(m, "u") == [] and len(m.asked) == 1
     m = FakeModule({("systemctl", "show"): (0, "\n\n", "")})
     assert ms.active_dependents(m, "u") == [] and len(m.asked) == 1
+
+
+def test_mountinfo_lines_without_super_options_or_with_too_few_fields():
+    text = ("36 25 0:50 / /mnt/kv rw,relatime shared:9 - nfs4 10.0.0.1:/kv\n"  # no super options field
+            "37 25 0:51 / /mnt/kv rw - nfs4\n"  # no source: not a mount line
+            "38 25 0:52 /mnt/kv rw - nfs4 10.0.0.2:/x rw\n")  # too few fields before "-"
+    assert ms.parse_mountinfo(text, "/mnt/kv") == {
+        "source": "10.0.0.1:/kv", "fstype": "nfs4", "options": {"rw": True, "relatime": True}}
+    assert ms.parse_mountinfo("36 25 0:50 / /mnt/k\\134v rw - nfs4 a:/b rw,vers=4.1\n", "/mnt/k\\v") == {
+        "source": "a:/b", "fstype": "nfs4", "options": {"rw": True, "vers": "4.1"}}
+
+
+def test_unescape_reads_only_three_octal_digits():
+    assert ms.unescape("a\\040b\\134c") == "a b\\c"
+    assert ms.unescape("a\\04") == "a\\04" and ms.unescape("a\\X12") == "a\\X12" and ms.unescape("\\0401") == " 1"
+    assert ms.unescape("\\") == "\\" and ms.unescape("ab\\") == "ab\\"
+
+
+def test_the_service_is_the_innermost_service_of_the_cgroup_path():
+    assert ms.service_of("0::/system.slice/a.service/sub.service\n") == "sub.service"
+    assert ms.service_of("1:name=systemd:/system.slice/b.service\n") == "b.service"
