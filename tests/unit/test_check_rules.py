@@ -38,6 +38,15 @@ def instance_findings(*instances) -> list[str]:
     return [f.message for i, inst in enumerate(instances) for f in check._instance(i, inst, names, ports)]
 
 
+def test_each_instance_finding_points_at_its_element():
+    names: dict = {}
+    ports: dict = {}
+    paths = [f.path for i, inst in enumerate([{"name": "a", "port": 8000}, {"port": 8000}, {"name": "a"},
+                                              {"name": "B", "port": "x"}, {"name": "c", "port": 1, "junk": 1}])
+             for f in check._instance(i, inst, names, ports)]
+    assert paths == [(1,), (1, "port"), (2, "name"), (2,), (3, "name"), (3, "port"), (4, "junk")]
+
+
 def test_instances_need_a_unique_name_and_port():
     assert instance_findings({"name": "a", "port": 8000}, {"name": "b", "port": 8001}) == []
     assert instance_findings({"port": 8000}, {"name": "a"}, {"name": "a", "port": 8000}) == [
