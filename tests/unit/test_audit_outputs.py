@@ -139,3 +139,65 @@ def test_one_changed_setting_is_shown_with_one_line_of_context():
     r = toml_drift(desired.replace("use_aio = false", "use_aio = true"))
     assert r.found == "2 line(s) differ"
     assert r.detail.split("\n") == HEADER + ["@@ -8,2 +8,2 @@", " active = true", "-use_aio = false", "+use_aio = true"]
+
+
+def audited(edit) -> dict:
+    from kvprov.validate import bundle as bf
+    from kvprov.validate.bundle import Bundle
+    from tests.conftest import FIXTURES
+
+    root = FIXTURES / "bundles/local_c1"
+    files = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    edit(files)
+    b = Bundle(files=files)
+    return {r.id: (r.status, r.found, r.fix) for r in audit.audit(b, bf.load_desired(b))}
+
+
+DEPLOY = "kvprov deploy INVENTORY --limit kvlab-c1 --tags "
+
+
+def test_a_missing_package_or_distribution_names_the_install_tag():
+    import json
+
+    def edit(files):
+        files["packages.txt"] = b"\n".join(l for l in files["packages.txt"].split(b"\n")
+                                           if not l.startswith(b"python3-venv"))
+        venvs = json.loads(files["venvs.json"])
+        del venvs["/opt/kvprov/nixl"]["numpy"]
+        venvs["/opt/kvprov/nixl"]["nixl"] = "1.4.0"
+        files["venvs.json"] = json.dumps(venvs).encode()
+
+    rs = audited(edit)
+    assert rs["package:python3-venv"] == (FAIL, "not installed", DEPLOY + "install")
+    assert rs["venv:/opt/kvprov/nixl:numpy"] == (FAIL, "not installed in /opt/kvprov/nixl", DEPLOY + "install")
+    assert rs["venv:/opt/kvprov/nixl:nixl"] == (FAIL, "nixl 1.4.0 in /opt/kvprov/nixl",
+                                                DEPLOY + "install (reinstalls the pinned version)")
+
+
+def test_a_unit_systemd_cannot_use_names_the_configure_tag():
+    unit = "systemctl/kvprov-sglang-main.service.txt"
+
+    def load_state(value):
+        def edit(files):
+            text = files[unit].decode()
+            assert "LoadState=loaded" in text
+            files[unit] = text.replace("LoadState=loaded", f"LoadState={value}").encode()
+        return edit
+
+    assert audited(load_state("not-found"))["unit:kvprov-sglang-main.service"] == (
+        FAIL, "not found: the unit file is gone", DEPLOY + "configure")
+    assert audited(load_state("bad-setting"))["unit:kvprov-sglang-main.service"] == (
+        FAIL, "LoadState=bad-setting: systemd cannot use the unit file "
+              "(`systemd-analyze verify kvprov-sglang-main.service`)", DEPLOY + "configure")
+
+
+def test_an_unreadable_directory_listing_says_so():
+    import json
+
+    def edit(files):
+        listing = json.loads(files["managed_dirs.json"])
+        listing["/etc/kvprov"] = {}
+        files["managed_dirs.json"] = json.dumps(listing).encode()
+
+    status, found, _ = audited(edit)["extra:/etc/kvprov"]
+    assert status == FAIL and found.endswith("managed_dirs.json: /etc/kvprov: unreadable")
