@@ -94,3 +94,9 @@ def test_audit_exports_only_the_measured_figures_as_gauges():
     b, d = bundle("garbage", None)
     assert audit.capacity_gauges(b, d) == []
     assert audit.capacity_gauges(*bundle()) == []
+
+
+def test_a_directory_walk_without_its_complete_flag_counts_as_complete_and_an_error_is_named():
+    assert capacity(VOL, {"bytes": 10, "files": 1})[0].endswith("; directory 10 B in 1 files")
+    assert capacity(VOL, {"error": "du: permission denied"})[0].endswith(
+        "; could not measure the directory: du: permission denied")
