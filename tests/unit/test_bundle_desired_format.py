@@ -48,3 +48,28 @@ def test_write_desired_round_trips(tmp_path):
     text = path.read_text()
     assert text.endswith("}\n") and text.startswith('{\n  "format": ')
     assert Desired.from_dict(json.loads(text)) == d
+
+
+def test_each_kind_of_value_is_checked_and_named():
+    def with_(**changes):
+        data = copy.deepcopy(BASE)
+        for dotted, value in changes.items():
+            *path, last = dotted.split("__")
+            node = data
+            for step in path:
+                node = node[step]
+            node[last] = value
+        return data
+
+    assert problems(with_(storage__options=["a", 1])) == ["storage.options: must be a list of strings"]
+    assert problems(with_(storage__options="a")) == ["storage.options: must be a list of strings"]
+    assert problems(with_(files={"rel": {}})) == ["files: must map absolute paths to {mode, role, content}"]
+    assert problems(with_(files={"/a": {"mode": "0644", "role": "x"}})) == [
+        "files: ['/a'] must have exactly the keys mode, role, content"]
+    assert problems(with_(venvs={"/v": {"a": 1}})) == [
+        "venvs: must map venv paths to {distribution: pinned version or null}"]
+    assert problems(with_(venvs={"/v": ["a"]})) == [
+        "venvs: must map venv paths to {distribution: pinned version or null}"]
+    d = Desired.from_dict(with_(venvs={"/v": {"a": None, "b": "1"}},
+                                files={"/a": {"mode": "0644", "role": "x", "content": "c"}}))
+    assert [f.path for f in d.files] == ["/a"]
