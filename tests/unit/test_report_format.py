@@ -128,3 +128,10 @@ def test_summary_counts_every_status_and_fails_on_a_failure():
         "summary", "summary", "fail", "no failed check", "1 pass, 1 fail, 1 warn, 1 skip",
         "fix the failed checks above, then collect and validate again", "h")
     assert summarize([]) == Result("summary", "summary", "pass", "no failed check", "0 pass, 0 fail, 0 warn, 0 skip")
+
+
+def test_a_passing_check_shows_no_fix_or_detail_and_json_is_indented_by_two():
+    passing = [Result("a.b", "mount", "pass", "x", "y", "a fix", "h", "a detail")]
+    assert report.format_table(passing + [summarize(passing)]).split("\n") == [
+        "HOST  CHECK  STATUS  FOUND", "h     a.b    pass    y", "", "h: ok (0 failed, 0 warnings, 0 skipped, 1 passed)"]
+    assert report.format_json(passing).startswith('{\n  "ok": true,\n  "hosts": {\n    "h": {\n')
