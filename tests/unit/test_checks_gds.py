@@ -121,3 +121,21 @@ def test_gds_disabled_skips_and_says_why():
     rs = run(desired=disabled)
     assert {r.status for r in rs.values()} == {SKIP}
     assert rs["gds.gpu"].found == rs["gds.cufile_compat"].found == "kvprov_gds_mode is disabled"
+
+
+def test_a_failed_platform_verification_names_its_first_three_errors():
+    def fail(text):
+        return text.replace("Platform verification succeeded", "Platform verification error") + \
+            "".join(f" error {i}: broken\n" for i in range(5))
+
+    r = run(gdscheck=fail)["gds.platform"]
+    assert r.status == FAIL
+    assert r.found == "Platform verification error; error 0: broken; error 1: broken"
+
+
+def test_a_mount_table_without_the_mount_point_lists_five_entries_at_most():
+    def many(d):
+        d["fs"]["nfs"]["mount_table"] = {f"/m{i}": {"rdma_dev_addr_list": []} for i in range(7)}
+
+    assert run(cufile=many)["gds.cufile_mount_table"].found == (
+        "fs.nfs.mount_table has no entry for /mnt/kvcache (entries: /m0, /m1, /m2, /m3, /m4)")
