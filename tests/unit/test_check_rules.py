@@ -158,3 +158,34 @@ def test_type_error_for_a_missing_string():
     assert check.type_error(None, "str") == 'expected a string, got nothing (null): give a value, or "" for empty'
     assert check.type_error(5, "str") == "expected a string, got the number 5"
     assert check.type_error("x", "str") is None
+
+
+NIXL_STORE = dict(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_type="nixl_store",
+                  kvprov_lmcache_mp_nixl_file_size=1000000000)
+
+
+def test_lmcache_nixl_pool_must_hold_the_l2_size(tmp_path):
+    assert host_problems(tmp_path, **NIXL_STORE, kvprov_lmcache_mp_nixl_pool_size=2,
+                         kvprov_lmcache_mp_l2_size_gb=2.5) == [
+        "kvprov_lmcache_mp_nixl_pool_size: pool_size 2 x file_size 1000000000 = 2 GB is less than "
+        'kvprov_lmcache_mp_l2_size_gb 2.5: stores fail with "Insufficient NIXL storage capacity" once it is full; '
+        "set pool_size to at least 3"]
+    assert host_problems(tmp_path, **NIXL_STORE, kvprov_lmcache_mp_nixl_pool_size=3,
+                         kvprov_lmcache_mp_l2_size_gb=3) == []
+
+
+def test_the_evictors_low_mark_must_be_below_the_high_one(tmp_path):
+    def low(high: int, low_: int) -> list[str]:
+        return host_problems(tmp_path, kvprov_engine_evict_high_percent=high, kvprov_engine_evict_low_percent=low_)
+
+    assert low(50, 60) == [
+        "kvprov_engine_evict_low_percent: 60 is not below kvprov_engine_evict_high_percent 50: the evictor stops under "
+        "the low mark once the high one is reached; set it lower, e.g. 40"]
+    assert low(5, 5)[0].endswith("e.g. 0") and low(50, 49) == []
+
+
+def test_the_offload_block_must_be_a_multiple_of_the_gpu_block(tmp_path):
+    assert host_problems(tmp_path, kvprov_engine="vllm_offload", kvprov_vllm_offload_block_size=100,
+                         kvprov_vllm_block_size=16, kvprov_vllm_offload_cpu_bytes_to_use=1 << 30) == [
+        "kvprov_vllm_offload_block_size: 100 is not a multiple of kvprov_vllm_block_size 16 (vLLM's GPU block): "
+        "use e.g. 96"]
