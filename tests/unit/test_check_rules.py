@@ -189,3 +189,17 @@ def test_the_offload_block_must_be_a_multiple_of_the_gpu_block(tmp_path):
                          kvprov_vllm_block_size=16, kvprov_vllm_offload_cpu_bytes_to_use=1 << 30) == [
         "kvprov_vllm_offload_block_size: 100 is not a multiple of kvprov_vllm_block_size 16 (vLLM's GPU block): "
         "use e.g. 96"]
+
+
+def test_a_vars_file_of_no_group_or_host_is_a_warning_at_its_first_line(tmp_path):
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "group_vars/gpu-nodes.yml").write_text("kvprov_storage_nfs_version: '4.2'\n")
+    (tmp_path / "host_vars/gpu2.yml").write_text("x: 1\n")
+    inv = {"all": {"children": {"gpu_nodes": {"hosts": {"gpu1": {"kvprov_storage_server": "10.0.0.5"}}}}}}
+    (tmp_path / "inv.yml").write_text(json.dumps(inv))
+    assert [(p.file, p.line, p.severity, p.message) for p in check.run(str(tmp_path / "inv.yml"))[1]] == [
+        (f"{tmp_path}/group_vars/gpu-nodes.yml", 1, "warning",
+         "no group gpu-nodes in the inventory: Ansible ignores this file; did you mean gpu_nodes?"),
+        (f"{tmp_path}/host_vars/gpu2.yml", 1, "warning",
+         "no host gpu2 in the inventory: Ansible ignores this file; did you mean gpu1?")]
