@@ -18,8 +18,8 @@ and in the `kvprov` subprocesses they start) to learn which tests execute which 
 each job imports the tests once and, per mutant, forks: the child swaps the mutated
 function's code object in place (or, for a mutant outside any function, re-imports the
 project from its copy, where the mutated file was written) and runs only the tests that
-execute the mutated line (the most targeted first: those executing least of the module),
-stopping at the first failure.
+execute the mutated line (the module's own test files first, then the fastest), stopping at
+the first failure.
 
 Strings containing whitespace (messages, help texts) and docstrings are not mutated: the
 mutants are the code's decisions and the names it looks up, not its prose.
@@ -709,8 +709,8 @@ def main() -> int:
                     + ", ".join(MODULES) + ")")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--max-tests", type=int, default=40, metavar="N",
-                    help="run at most N of the tests that execute the line of a mutant in a function, those that execute "
-                         "least of its module first (default "
+                    help="run at most N of the tests that execute the line of a mutant in a function, the module's "
+                         "own test files first, then the fastest (default "
                          "40: the rules' corpus tests execute much of check.py; fewer tests can only lower the score)")
     ap.add_argument("--json", type=Path, default=RESULTS / "mutation.json")
     ap.add_argument("--keep", action="store_true", help="keep the temporary copies (their path is printed)")
@@ -784,11 +784,9 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
             return test not in slow and any(fnmatch(test.split("::")[0].rsplit("/", 1)[-1], p) for p in pats)
 
         by_line: dict[str, dict[int, set]] = {}
-        breadth: dict[str, int] = {}  # lines of this module a test executes: the fewer, the more it is about them
         for key in ("lines", "subprocess_lines"):
             for test, lines in traced[key].get(rel, {}).items():
                 if usable(test):
-                    breadth[test] = max(breadth.get(test, 0), len(lines))
                     for ln in lines:
                         by_line.setdefault(key, {}).setdefault(ln, set()).add(test)
         stmt = enclosing_lines(copies[0], rel)
@@ -815,7 +813,9 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
                 m.status = "not covered"
                 continue
             m.tests = len(chosen)
-            m.run = sorted(chosen, key=lambda n: (breadth.get(n, 0), durations.get(n, 1.0), n))
+            own = Path(rel).stem.removeprefix("kvprov_")  # the module's own test files first (test_mountstats*.py ...)
+            m.run = sorted(chosen, key=lambda n: (own not in n.split("::")[0].rsplit("/", 1)[-1],
+                                                  durations.get(n, 1.0), n))
             if m.scope != "<module>":  # a module-level one runs all: its tests are not chosen by line
                 m.run = m.run[:args.max_tests]
             todo.append(m)
