@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Mutation score of the checking code against the unit suite (prints figures; not a test).
 
-    python3 benchmarks/mutation.py [--module PATH ...] [--jobs N] [--json FILE]
+    python3 benchmarks/mutation.py [--module PATH ...] [--jobs N] [--json FILE] [--survivors-of JSON]
 
 Each mutant is one small deliberate bug (an operator, a comparison, a constant, a
 condition, a returned value, a dropped call) planted in one of the modules below; the
@@ -713,6 +713,9 @@ def main() -> int:
                          "own test files first, then the fastest (default "
                          "40: the rules' corpus tests execute much of check.py; fewer tests can only lower the score)")
     ap.add_argument("--json", type=Path, default=RESULTS / "mutation.json")
+    ap.add_argument("--survivors-of", type=Path, metavar="JSON",
+                    help="run only the mutants a previous run's JSON did not record as killed (quick re-check "
+                         "after adding tests; its score covers those mutants only)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary copies (their path is printed)")
     ap.add_argument("--reuse-trace", type=Path, help=argparse.SUPPRESS)  # development: phase 1 read from/saved to FILE
     ap.add_argument("--_trace", nargs=2, help=argparse.SUPPRESS)
@@ -754,6 +757,10 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
     tests = sorted({str(p.relative_to(copies[0])) for p in (copies[0] / "tests/unit").glob("test_*.py")
                     if any(fnmatch(p.name, pat) for f in files for pat in test_patterns(f))})
     mutants = [m for f in files for m in mutants_of(copies[0], f)]
+    every_id = {m.id for m in mutants}
+    if args.survivors_of:
+        before = {m["id"]: m["status"] for m in json.loads(args.survivors_of.read_text())["mutants"]}
+        mutants = [m for m in mutants if before.get(m.id, "new") not in ("killed", "equivalent")]
     equivalent = read_equivalent(EQUIVALENT)
     print(f"mutation: {len(mutants)} mutants in {len(files)} files; tracing {len(tests)} unit test files",
           flush=True)
@@ -821,7 +828,7 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
             todo.append(m)
     if slow:
         print(f"mutation: {len(slow)} tests slower than {SLOW:.0f} s are left out: {', '.join(slow)}", flush=True)
-    unknown = sorted(i for i in set(equivalent) - {m.id for m in mutants} if i.split("::")[0] in files)
+    unknown = sorted(i for i in set(equivalent) - every_id if i.split("::")[0] in files)
     print(f"mutation: {len(todo)} mutants to run, {sum(m.status == 'not covered' for m in mutants)} not covered "
           f"by any test, {sum(m.status == 'equivalent' for m in mutants)} listed as equivalent", flush=True)
 
