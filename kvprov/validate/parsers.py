@@ -62,10 +62,7 @@ def mounts_in(text: str) -> list[tuple[str, str, str]]:
             continue
         fields = line.split()
         sep = fields.index("-")
-        try:
-            out.append((mount_state.unescape(fields[4]), fields[sep + 1], mount_state.unescape(fields[sep + 2])))
-        except (ValueError, IndexError):
-            continue
+        out.append((mount_state.unescape(fields[4]), fields[sep + 1], mount_state.unescape(fields[sep + 2])))
     return out
 
 
@@ -109,7 +106,7 @@ class RdmaLink:
     netdev: str  # "" when not shown (InfiniBand)
 
 
-RDMA_LINK_KEYS = ("state", "physical_state", "netdev", "netdev_index", "subnet_prefix", "lid", "sm_lid", "lmc")
+RDMA_LINK_KEYS = ("state", "physical_state", "netdev")
 
 
 def parse_rdma_link(text: str) -> list[RdmaLink]:

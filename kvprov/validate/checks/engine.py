@@ -22,6 +22,7 @@ carry) lives in checks/engine_<name>.py, registered in ENGINES.
 from __future__ import annotations
 
 import json
+import posixpath
 from dataclasses import dataclass
 from typing import Callable
 
@@ -175,20 +176,17 @@ def rules(c: Context) -> EngineRules:
     return ENGINES[c.d.engine]
 
 
-def _desired_unit(c: Context, unit: str) -> str:
-    return next((f.content for f in c.d.files if f.path == f"/etc/systemd/system/{unit}"), "")
-
-
 def _no_run_reason(c: Context, unit: str) -> str:
     """Why the unit should not run on this host ("" when it should)."""
     try:
         gpu = c.gpu().present
     except FileProblem:  # gpu.json unusable: the other reasons decide
         gpu = True
-    needs_gpu = "ConditionPathExistsGlob=/dev/nvidia" in _desired_unit(c, unit)
-    if not c.d.engine_install:
-        return "no GPU" if needs_gpu and not gpu else "kvprov_engine_install is false"
-    return "no GPU" if needs_gpu and not gpu else ""
+    needs_gpu = any(f.path == f"/etc/systemd/system/{unit}" and "ConditionPathExistsGlob=/dev/nvidia" in f.content
+                    for f in c.d.files)
+    if needs_gpu and not gpu:
+        return "no GPU"
+    return "" if c.d.engine_install else "kvprov_engine_install is false"
 
 
 @instance_check("unit")
@@ -227,7 +225,7 @@ def engine_state(c: Context, inst: Instance) -> Result:
 def _unit_state(c: Context, unit: str) -> Result:
     props = c.show_unit(unit)
     active, sub = props.get("ActiveState", "?"), props.get("SubState", "?")
-    cond, restarts_text = props.get("ConditionResult", ""), props.get("NRestarts", "0")
+    cond, restarts_text = props.get("ConditionResult"), props.get("NRestarts", "")
     restarts = int(restarts_text) if restarts_text.isdigit() and len(restarts_text) < 10 else 0
     state = f"{unit}: ActiveState={show(active, 30)} SubState={show(sub, 30)} NRestarts={restarts}"
     logs = f"`journalctl -u {unit} -b -n 200`"
@@ -282,7 +280,7 @@ def engine_storage_env(c: Context, inst: Instance) -> Result:
                             "service's private /tmp)")
         elif not under(d, mp):
             problems.append(f"{show(d)} is not under the KV mount {mp}: local disk")
-    if not problems and [d.rstrip("/") for d in dirs] != [inst.storage_dir.rstrip("/")]:
+    if not problems and [posixpath.normpath(d) for d in dirs] != [posixpath.normpath(inst.storage_dir)]:
         others = [i.name for i in c.d.instances if i.name != inst.name and i.storage_dir in dirs]
         problems.append(f"{show(value)}, not the inventory's {inst.storage_dir}"
                         + (f": the directory of instance {others[0]} (a clear() or cleaner would wipe both)"

@@ -1,0 +1,311 @@
+"""kvprov check's host rules on one host's effective values, the way the roles' preflight
+runs them (host_from_values + check_host_values: the role defaults overlaid with the host's
+values; no inventory file, no Ansible)."""
+
+from pathlib import Path
+
+from kvprov import check, inventory
+
+SPECS = check.read_specs(inventory.roles_dir())
+DEFAULTS = inventory.read_role_defaults(inventory.roles_dir())
+SERVER = {"kvprov_storage_server": "10.0.0.5"}
+
+
+def host(**values) -> inventory.Host:
+    return check.host_from_values("gpu1", {**SERVER, **values}, DEFAULTS)
+
+
+def problems(**values) -> list[str]:
+    """"SEVERITY VARIABLE: MESSAGE" for each problem of host gpu1 with these values."""
+    found = check.check_host_values(host(**values), SPECS)
+    assert all(p.host == "gpu1" and p.file is None and p.line is None for p in found)
+    return [f"{p.severity} {p.variable}: {p.message}" for p in found]
+
+
+def private_file(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    path.chmod(0o600)
+    return str(path)
+
+
+# ---------------------------------------------------------------------------- the values the host gets
+
+def test_a_host_has_the_role_defaults_and_its_own_values_marked_as_set():
+    h = host(kvprov_engine_user="svc", kvprov_engine_uid=0, ansible_user="x")
+    assert h.name == "gpu1" and h.groups == ["all"]
+    assert h.value("kvprov_engine_user") == "svc" and not h.is_default("kvprov_engine_user")
+    # a value equal to its default stays the default; a kvprov_ variable not given is the default
+    assert h.is_default("kvprov_engine_uid") and h.is_default("kvprov_storage_mount_point")
+    assert h.value("kvprov_storage_mount_point") == "/mnt/kvcache"
+    assert h.value("ansible_user") == "x"
+    assert "ansible_user" not in check.host_from_values("gpu1", {}, {"ansible_user": DEFAULTS["kvprov_engine"]}).vars
+
+
+def test_the_lab_defaults_pass_and_a_bad_value_is_reported_once_with_the_host():
+    assert problems() == []
+    assert problems(kvprov_engine_user="Bad User") == [
+        'error kvprov_engine_user: "Bad User" is not a valid user name (lower-case letters, digits, _ and -)']
+    # a role default that breaks a rule is not the host's doing: the setting rules skip it
+    defaults = {**DEFAULTS, "kvprov_engine_user": inventory.Var("kvprov_engine_user", "Bad User",
+                                                                inventory.Origin("defaults/main.yml", 1, True))}
+    assert check.check_host_values(check.host_from_values("gpu1", SERVER, defaults), SPECS) == []
+
+
+def test_variables_of_no_role_are_left_to_the_inventory_check():
+    assert problems(kvprov_no_such_thing=1, other_var=2) == []
+
+
+def test_old_sglang_names_still_work_with_a_warning():
+    for key, value in (("instances", [{"name": "a", "port": 8001}]), ("install", False), ("user", "svc"),
+                       ("home", "/srv/engine"), ("model_path", "org/model"), ("host", "127.0.0.2"),
+                       ("extra_args", ["--x"])):
+        assert problems(**{f"kvprov_sglang_{key}": value}) == [
+            f"warning kvprov_sglang_{key}: renamed kvprov_engine_{key} (the old name still works; every engine reads "
+            "the new one)"], key
+
+
+# ---------------------------------------------------------------------------- setting rules on values
+
+def test_user_names_are_system_user_names_and_not_root():
+    assert check.user_name("kvprov-engine") == check.user_name("_svc1") == []
+    assert problems(kvprov_engine_user="root") == [
+        "error kvprov_engine_user: the engine must not run as root: name a system user (kvprov creates it)"]
+    assert problems(kvprov_engine_user="a" * 33)[0].startswith("error kvprov_engine_user: ")
+
+
+def test_the_metrics_allow_list_takes_addresses_and_networks():
+    assert check.networks(["10.0.0.0/8", "10.1.2.3", "fd00::/8", "10.0.0.1/8"]) == []
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_metrics_allow=["10.0.0.0/8", "10.0.0.0/33", "x"]) == [
+        'error kvprov_lmcache_mp_metrics_allow: item 2: "10.0.0.0/33" is not an address or CIDR (e.g. 10.0.0.0/8)',
+        'error kvprov_lmcache_mp_metrics_allow: item 3: "x" is not an address or CIDR (e.g. 10.0.0.0/8)']
+
+
+def test_model_path_is_an_id_or_a_plain_directory():
+    assert check.model_path("Qwen/Qwen3-8B") == check.model_path("/models/q..3") == []
+    assert check.model_path("org/../x") == []  # a Hugging Face id, not a path
+    bad = ' must be a Hugging Face id or an absolute directory without spaces, quotes, backslashes, $ or %'
+    for value in ("", "my model", "a'b", 'a"b', "a\\b", "$HOME/m", "50%"):
+        assert problems(kvprov_engine_model_path=value) == [f'error kvprov_engine_model_path: "{value}"{bad}'], value
+    assert problems(kvprov_engine_model_path="/models/../etc") == [
+        'error kvprov_engine_model_path: "/models/../etc" must not contain ..']
+
+
+def test_numbers_that_must_not_be_negative_or_zero():
+    assert check.non_negative(0) == check.non_negative(0.0) == check.non_negative(True) == []
+    assert problems(kvprov_bench_min_read_gbps=-0.5) == ["error kvprov_bench_min_read_gbps: must be 0 or more, got -0.5"]
+    assert check.positive_number(0.1) == []
+    assert problems(kvprov_lmcache_mp_l1_size_gb=0, kvprov_engine="lmcache_mp") == [
+        "error kvprov_lmcache_mp_l1_size_gb: must be more than 0, got 0"]
+
+
+def test_a_number_is_an_int_or_a_float_but_not_a_boolean():
+    assert check.type_error(2, "float") is None and check.type_error(2.5, "float") is None
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_size_gb=True) == [
+        "error kvprov_lmcache_mp_l2_size_gb: expected a number, got the boolean true"]
+    assert check.type_error("2", "float") == 'expected a number, got the string "2"'
+
+
+def test_empty_means_unset_for_the_optional_paths():
+    assert problems(kvprov_engine_find_links="", kvprov_engine_wheelhouse="/srv/wheels") == []
+    assert problems(kvprov_engine_find_links="wheels") == [
+        'error kvprov_engine_find_links: "wheels" is not an absolute path: start it with /']
+
+
+def test_nixl_backend_options_list_items_are_scalars():
+    assert problems(kvprov_nixl_backend_options={"paths": ["/a", 2, True]}) == []
+    assert problems(kvprov_nixl_backend_options={"paths": ["/a", None, [1]]}) == [
+        "error kvprov_nixl_backend_options: paths: values must be scalars (string, number, boolean), got nothing "
+        "(null)",
+        "error kvprov_nixl_backend_options: paths: values must be scalars (string, number, boolean), got a list"]
+
+
+def test_a_plugin_thread_count_is_a_positive_integer():
+    def plugin(count) -> list[str]:
+        return problems(kvprov_nixl_plugins={"gds_mt": {"active": True, "thread_count": count}})
+
+    assert plugin(1) == []
+    assert plugin(0) == ["error kvprov_nixl_plugins: [plugin.gds_mt] thread_count: expected a positive integer, "
+                         "got the number 0"]
+
+
+# ---------------------------------------------------------------------------- engines
+
+def test_an_engine_reachable_beyond_loopback_wants_an_api_key(tmp_path):
+    warning = ("warning kvprov_engine_host: the engine listens on 0.0.0.0 without an API key: anyone who reaches it "
+               "can use the model and fill the KV cache; set kvprov_engine_api_key_file")
+    assert problems(kvprov_engine_host="0.0.0.0") == [warning]
+    assert problems(kvprov_engine_host="::1") == problems(kvprov_engine_host="127.0.0.1") == []
+    key = private_file(tmp_path, "key", "s3cret\n")
+    assert problems(kvprov_engine_host="0.0.0.0", kvprov_engine_api_key_file=key) == []
+
+
+S3_WARNING = ("talks to S3 and kvprov_engine_s3_credentials_file is not set: the AWS SDK then takes credentials "
+              "from its default chain (an instance role, ~/.aws of the engine user); set "
+              "kvprov_engine_s3_credentials_file unless the hosts have such a role")
+
+
+def test_s3_without_a_credentials_file_is_a_warning_for_the_engine_that_uses_it(tmp_path):
+    obj = {"obj": {"active": True, "bucket": "kv"}}
+    inproc_s3 = {"remote_url": "s3://kv-bucket/cache"}
+    assert problems(kvprov_nixl_plugins=obj) == [
+        f"warning kvprov_nixl_plugins: the active NIXL plugin obj {S3_WARNING}"]
+    assert problems(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_config=inproc_s3) == [
+        f"warning kvprov_lmcache_inproc_config: LMCache's remote_url s3:// {S3_WARNING}"]
+    # not in use: an inactive obj plugin, another remote, or the setting of another engine
+    assert problems(kvprov_nixl_plugins={**obj, "obj": {"active": False}, "gds_mt": {"active": True}}) == []
+    assert problems(kvprov_engine="lmcache_inproc",
+                    kvprov_lmcache_inproc_config={"remote_url": "fs://localhost:0/kv"}) == []
+    assert problems(kvprov_engine="lmcache_inproc", kvprov_nixl_plugins=obj) == []
+    assert problems(kvprov_engine="sglang_hicache", kvprov_lmcache_inproc_config=inproc_s3) == [
+        "warning kvprov_lmcache_inproc_config: only engine lmcache_inproc reads it, but this host's kvprov_engine is "
+        "sglang_hicache: it has no effect here; remove it or set it on the groups of that engine"]
+    creds = private_file(tmp_path, "s3", "AWS_ACCESS_KEY_ID=AKIA1\nAWS_SECRET_ACCESS_KEY=s3cret\n")
+    assert problems(kvprov_nixl_plugins=obj, kvprov_engine_s3_credentials_file=creds) == []
+    assert problems(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_config=inproc_s3,
+                    kvprov_engine_s3_credentials_file=creds) == []
+
+
+def owners(engine: str, **values) -> list[str]:
+    """The variables reported as another engine's on a host of `engine`, with that engine."""
+    out = []
+    for line in problems(kvprov_engine=engine, **values):
+        assert line.startswith("warning ") and f"but this host's kvprov_engine is {engine}: " in line, line
+        out.append(line.split(" reads it")[0].removeprefix("warning "))
+    return out
+
+
+def test_a_setting_only_another_engine_reads_is_a_warning():
+    assert owners("vllm_baseline", kvprov_sglang_page_size=64, kvprov_vllm_offload_block_size=32,
+                  kvprov_lmcache_inproc_chunk_size=128, kvprov_lmcache_mp_l1_size_gb=5) == [
+        "kvprov_lmcache_inproc_chunk_size: only engine lmcache_inproc",
+        "kvprov_lmcache_mp_l1_size_gb: only engine lmcache_mp",
+        "kvprov_sglang_page_size: only engine sglang_hicache",
+        "kvprov_vllm_offload_block_size: only engine vllm_offload"]
+    # the vllm role's variables and the LMCache version: every vLLM engine reads them, SGLang none
+    assert owners("sglang_hicache", kvprov_vllm_block_size=32, kvprov_lmcache_version="0.5.5") == [
+        "kvprov_lmcache_version: only engine a vLLM engine", "kvprov_vllm_block_size: only engine a vLLM engine"]
+    assert owners("lmcache_mp", kvprov_vllm_block_size=32, kvprov_lmcache_version="0.5.5") == []
+
+
+def test_lmcache_mp_server_ports_are_its_own_and_unique_on_the_host():
+    def ports(engine: str, *instances) -> list[str]:
+        return problems(kvprov_engine=engine, kvprov_engine_instances=list(instances))
+
+    assert ports("lmcache_mp", {"name": "a", "port": 8000}, {"name": "b", "port": 8001}) == []
+    # the defaults: port + 10000 for LMCache, port + 11000 for its metrics
+    assert ports("lmcache_mp", {"name": "a", "port": 8000}, {"name": "b", "port": 18000}, {"name": "c", "port": 19000}) == [
+        "error kvprov_engine_instances: instance a: lmcache_port 18000 (its default: set it) is already the port of "
+        "instance b",
+        "error kvprov_engine_instances: instance a: metrics_port 19000 (its default: set it) is already the port of "
+        "instance c",
+        "error kvprov_engine_instances: instance c: lmcache_port 29000 (its default: set it) is already the "
+        "metrics_port of instance b"]
+    assert ports("lmcache_mp", {"name": "a", "port": 8000, "lmcache_port": 9000},
+                 {"name": "b", "port": 8001, "metrics_port": 9000}) == [
+        "error kvprov_engine_instances: instance b: metrics_port 9000 is already the lmcache_port of instance a"]
+    # an instance without a usable port is the setting rules' to report; the next one is still checked
+    assert ports("lmcache_mp", {"name": "a", "port": "8000"}, {"name": "b", "port": 8001, "lmcache_port": 8001}) == [
+        'error kvprov_engine_instances: instance a: port: expected an integer, got the string "8000": write 8000 '
+        "without quotes",
+        "error kvprov_engine_instances: instance b: lmcache_port 8001 is already the port of instance b"]
+    assert ports("lmcache_inproc", {"name": "a", "port": "x"}, {"name": "b", "port": 8001, "metrics_port": 9001}) == [
+        'error kvprov_engine_instances: instance a: port: expected an integer, got the string "x"',
+        "error kvprov_engine_instances: instance b: metrics_port belongs to engine lmcache_mp, but this host's "
+        "kvprov_engine is lmcache_inproc: one instance runs one engine"]
+
+
+def test_an_instance_port_is_1_to_65535():
+    def port(**keys) -> list[str]:
+        return problems(kvprov_engine="lmcache_mp", kvprov_engine_instances=[{"name": "a", "port": 8000, **keys}])
+
+    assert port(port=65535, lmcache_port=1, metrics_port=2) == port(lmcache_port=65535, metrics_port=3) == []
+    assert port(port=65536) == [
+        "error kvprov_engine_instances: instance a: port 65536 is out of range: must be 1..65535"]
+    for value, shown in ((0, "the number 0"), (65536, "the number 65536"), ("9000", 'the string "9000"'),
+                         (True, "the boolean true")):
+        assert port(lmcache_port=value) == [
+            f"error kvprov_engine_instances: instance a: lmcache_port: expected a port 1..65535, got {shown}"], value
+
+
+def test_lmcache_inproc_settings_that_kvprov_owns_or_that_contradict():
+    assert problems(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_tier="nixl",
+                    kvprov_lmcache_inproc_max_local_cpu_size=0) == [
+        "error kvprov_lmcache_inproc_max_local_cpu_size: the nixl tier stages through LMCache's host DRAM pool "
+        "(nixl_buffer_device cpu): LMCache refuses max_local_cpu_size 0 (\"requires max_local_cpu_size > 0\")"]
+    assert problems(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_max_local_cpu_size=0) == []
+    assert problems(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_tier="nixl",
+                    kvprov_lmcache_inproc_max_local_cpu_size=1) == []
+    owned = ["chunk_size", "extra_config", "gds_buffer_size", "gds_path", "local_cpu", "local_disk",
+             "max_local_cpu_size", "max_local_disk_size", "nixl_buffer_device"]
+    assert problems(kvprov_engine="lmcache_inproc",
+                    kvprov_lmcache_inproc_config={key: 1 for key in owned + ["min_retrieve_tokens"]}) == [
+        f"error kvprov_lmcache_inproc_config: {key} is set by kvprov's own variables (kvprov_lmcache_inproc_*): "
+        "remove it here" for key in owned]
+
+
+def test_lmcache_mp_listens_on_loopback_unless_told():
+    warning = ("warning kvprov_lmcache_mp_host: the LMCache MP server has no authentication: listening beyond "
+               "loopback lets any host on that network read and write the KV cache")
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_host="::1") == []
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_host="10.0.0.2") == [warning]
+
+
+def test_the_nixl_store_pool_holds_exactly_the_l2_size():
+    def pool(size: int, gb: float) -> list[str]:
+        return problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_type="nixl_store",
+                        kvprov_lmcache_mp_nixl_pool_size=size, kvprov_lmcache_mp_nixl_file_size=1000000,
+                        kvprov_lmcache_mp_l2_size_gb=gb)
+
+    assert pool(1000, 1) == []  # 1000 x 1 MB is 1 GB exactly
+    assert pool(999, 1) == [
+        "error kvprov_lmcache_mp_nixl_pool_size: pool_size 999 x file_size 1000000 = 0.999 GB is less than "
+        'kvprov_lmcache_mp_l2_size_gb 1: stores fail with "Insufficient NIXL storage capacity" once it is full; '
+        "set pool_size to at least 1000"]
+
+
+def test_a_gpu_block_of_0_is_the_range_rules_to_report():
+    assert problems(kvprov_engine="vllm_offload", kvprov_vllm_offload_cpu_bytes_to_use=1 << 30,
+                    kvprov_vllm_offload_block_size=64, kvprov_vllm_block_size=1) == []
+    assert problems(kvprov_engine="vllm_offload", kvprov_vllm_offload_cpu_bytes_to_use=1 << 30,
+                    kvprov_vllm_block_size=0) == [
+        "error kvprov_vllm_block_size: 0 is out of range: must be >= 1"]
+
+
+# ---------------------------------------------------------------------------- the evictor's marks
+
+def test_the_evictor_marks_are_compared_only_when_each_is_in_range():
+    def marks(high: int, low: int) -> list[str]:
+        return problems(kvprov_engine_evict_high_percent=high, kvprov_engine_evict_low_percent=low)
+
+    assert marks(1, 1) == [
+        "error kvprov_engine_evict_low_percent: 1 is not below kvprov_engine_evict_high_percent 1: the evictor "
+        "stops under the low mark once the high one is reached; set it lower, e.g. 0"]
+    assert marks(100, 99) == marks(1, 0) == []
+    assert marks(0, 0) == ["error kvprov_engine_evict_high_percent: 0 is out of range: must be 1..100 (percent of "
+                           "the volume, and of the limit)"]
+    assert marks(90, 100) == ["error kvprov_engine_evict_low_percent: 100 is out of range: must be 0..99 (percent, "
+                              "below the high mark)"]
+
+
+# ---------------------------------------------------------------------------- the acceptance test's file size
+
+def bench(layout: str = "page_first", **geometry) -> list[str]:
+    values = dict(kvprov_bench_model_layers=3, kvprov_sglang_page_size=1, kvprov_bench_model_kv_heads=8,
+                  kvprov_sglang_tp_size=2, kvprov_bench_model_head_dim=128, kvprov_bench_kv_dtype_bytes=2)
+    found = problems(kvprov_sglang_hicache_mem_layout=layout, **{**values, **geometry})
+    return [line.split(" (layers x")[0] for line in found]
+
+
+def test_the_acceptance_tests_kv_file_size_must_suit_o_direct():
+    """layers x page size x KV heads per TP rank x head dim x dtype bytes, x2 unless page_first*."""
+    prefix = "error kvprov_sglang_page_size: the acceptance test's KV files would be"
+    assert bench() == [f"{prefix} 3072 bytes"]  # 3 x 1 x 4 x 128 x 2
+    assert bench("page_first_direct") == [f"{prefix} 3072 bytes"]
+    assert bench("layer_first") == [f"{prefix} 6144 bytes"]
+    assert bench(kvprov_bench_model_kv_heads=1, kvprov_bench_kv_dtype_bytes=1) == [f"{prefix} 384 bytes"]  # 1 head/rank
+    assert bench(kvprov_bench_model_layers=4, kvprov_sglang_tp_size=1) == []  # 4 x 1 x 8 x 128 x 2 = 8192
+    # a geometry value or a layout the other rules reject: only they report
+    assert bench(kvprov_sglang_page_size=0) == ["error kvprov_sglang_page_size: 0 is out of range: must be >= 1"]
+    assert bench("no_such") == ["error kvprov_sglang_hicache_mem_layout: must be one of layer_first, page_first, "
+                                'page_first_direct, page_first_kv_split, page_head; got the string "no_such"']
