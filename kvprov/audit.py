@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from kvprov import check, deploy, lock, redact, runner
+from kvprov import check, deploy, inventory, lock, redact, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import bundle as bf
 from kvprov.validate import parsers, report
@@ -272,10 +272,10 @@ def format_before_after(before: list[Result], after: list[Result], hosts: list[s
 
 # ---------------------------------------------------------------------------- live (I/O)
 
-def gather(inventory: str, limit: str | None, timeout: int) -> tuple[list[Result], list[Gauge]]:
+def gather(sources: str | list[str], limit: str | None, timeout: int) -> tuple[list[Result], list[Gauge]]:
     """Capture every host in one module call each (hosts in parallel), then audit each capture:
     the results, and the hosts' capacity figures."""
-    result = runner.run("collect.yml", inventory, name="audit", limit=limit, stream=sys.stderr,
+    result = runner.run("collect.yml", sources, name="audit", limit=limit, stream=sys.stderr,
                         capture=CAPTURE_TASK,
                         extravars={"kvprov_collect_timeout": timeout, "kvprov_collect_probes": False})
     results: list[Result] = []
@@ -300,7 +300,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("audit", help="config drift: desired (inventory + roles) vs live, per host",
                        description=__doc__.split("\n\n", 1)[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("inventory")
+    inventory.add_inventory_args(p)
     p.add_argument("--limit", help="Ansible host pattern")
     p.add_argument("--timeout", type=int, default=30, metavar="S", help="seconds for each host-side probe")
     p.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
@@ -328,9 +328,10 @@ def _exit_code(results: list[Result]) -> int:
 def cmd_audit(args) -> int:
     if args.allow_remount and not args.fix:
         raise KvprovError("--allow-remount goes with --fix", EXIT_USAGE)
-    check.require_valid(args.inventory)
+    sources = inventory.from_args(args)
+    check.require_valid(sources)
     t0 = time.monotonic()
-    results, gauges = gather(args.inventory, args.limit, args.timeout)
+    results, gauges = gather(sources, args.limit, args.timeout)
     summary = (f"audit: {len({r.host for r in results})} host(s) in {time.monotonic() - t0:.1f}s; "
                f"drift on: {', '.join(drifted(results)) or 'none'}")
     if not (args.fix and drifted(results)):
@@ -341,14 +342,14 @@ def cmd_audit(args) -> int:
     hosts = drifted(results)
     print(report.format_table(results, everything=args.verbose), file=sys.stderr)
     print(f"{summary}\naudit --fix: deploying {', '.join(hosts)}", file=sys.stderr)
-    extravars = {**lock.host_lock_vars(args.inventory, "audit --fix"), **deploy.rollout(args.inventory)}
+    extravars = {**lock.host_lock_vars(sources, "audit --fix"), **deploy.rollout(sources)}
     if args.allow_remount:
         extravars["kvprov_storage_allow_remount"] = True
-    with lock.inventory_lock(args.inventory, "audit --fix"):
-        deployed = runner.run("site.yml", args.inventory, name="audit-fix", extravars=extravars,
+    with lock.inventory_lock(sources, "audit --fix"):
+        deployed = runner.run("site.yml", sources, name="audit-fix", extravars=extravars,
                               limit=",".join(hosts))
     runner.print_summary(deployed, sys.stderr)
-    again, again_gauges = gather(args.inventory, ",".join(hosts), args.timeout)
+    again, again_gauges = gather(sources, ",".join(hosts), args.timeout)
     after = [r for r in results if r.host not in hosts] + again
     _outputs(args, after, [g for g in gauges if dict(g.labels)["host"] not in hosts] + again_gauges)
     print(format_before_after(results, again, hosts), file=sys.stderr if args.json == "-" else sys.stdout)

@@ -18,7 +18,7 @@ import argparse
 import sys
 import time
 
-from kvprov import check, runner
+from kvprov import check, inventory, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from kvprov.validate import report
 from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result, summarize
@@ -121,12 +121,12 @@ def aggregate(reports: dict[str, dict]) -> list[Result]:
 
 # ---------------------------------------------------------------------------- running (I/O)
 
-def run(inventory: str, limit: str | None = None, together: bool = False, overrides: dict | None = None,
+def run(sources: str | list[str], limit: str | None = None, together: bool = False, overrides: dict | None = None,
         stream=None) -> tuple[list[Result], runner.RunResult]:
     extravars = dict(overrides or {})
     if together:
         extravars["kvprov_bench_start_at"] = round(time.time() + LEAD_SECONDS, 3)
-    result = runner.run("bench.yml", inventory, name="bench", extravars=extravars, limit=limit,
+    result = runner.run("bench.yml", sources, name="bench", extravars=extravars, limit=limit,
                         stream=stream or sys.stderr, capture=CAPTURE_TASK)
     reports = {h: res.get("ansible_facts", {}).get("kvprov_bench_report", {}) for h, res in result.captured.items()}
     results = [x for h, rep in sorted(reports.items()) for x in judge(h, rep)]
@@ -154,7 +154,7 @@ def overrides(args) -> dict:
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="throughput acceptance test through NIXL (KV-page files, per host)",
                        description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("inventory")
+    inventory.add_inventory_args(p)
     p.add_argument("--limit", help="Ansible host pattern")
     add_arguments(p)
     p.add_argument("--json", metavar="F", help="also write the results as JSON to F")
@@ -163,8 +163,9 @@ def add_parser(sub) -> None:
 
 
 def cmd_bench(args) -> int:
-    check.require_valid(args.inventory)
-    results, run_result = run(args.inventory, args.limit, args.together, overrides(args))
+    sources = inventory.from_args(args)
+    check.require_valid(sources)
+    results, run_result = run(sources, args.limit, args.together, overrides(args))
     for host, rs in report.by_host(list(results)).items():
         results.append(summarize(rs))
     report.write_reports(args, results, "kvprov bench")

@@ -1503,14 +1503,14 @@ def format_lines(problems: list[Problem], max_hosts: int = 5) -> list[str]:
     return lines
 
 
-def summary(path: str, hosts: list[str], problems: list[Problem]) -> str:
+def summary(path: str | list[str], hosts: list[str], problems: list[Problem]) -> str:
     errors = sum(p.severity == "error" for p in problems)
     warnings = len(problems) - errors
     verdict = "OK" if not errors else "fix the errors before deploying"
-    return (f"{path}: {len(hosts)} host(s) checked, {errors} error(s), {warnings} warning(s): {verdict}")
+    return (f"{inventory.describe(path)}: {len(hosts)} host(s) checked, {errors} error(s), {warnings} warning(s): {verdict}")
 
 
-def run(path: str) -> tuple[list[str], list[Problem]]:
+def run(path: str | list[str]) -> tuple[list[str], list[Problem]]:
     """Load and check an inventory: (target host names, problems). Never raises for a bad inventory."""
     try:
         inv = inventory.load(path)
@@ -1519,7 +1519,7 @@ def run(path: str) -> tuple[list[str], list[Problem]]:
     return inv.host_names, check(inv)
 
 
-def require_valid(path: str) -> list[str]:
+def require_valid(path: str | list[str]) -> list[str]:
     """What deploy, render and collect run first: print the problems, and stop (exit 2)
     before any host is contacted if there is an error. Returns the target host names."""
     hosts, problems = run(path)
@@ -1535,20 +1535,19 @@ def add_parser(sub) -> None:
                        description="Check an inventory against the roles' variable contract and "
                                    "kvprov's rules; one line per problem. Contacts no host. "
                                    "Exit 0: no errors (warnings allowed); 2: errors.")
-    p.add_argument("inventory", help="the inventory: whatever ansible-inventory -i takes (a YAML or INI file, a "
-                                     "directory, a plugin configuration), read by ansible-core with its "
-                                     "group_vars/ and host_vars/")
+    inventory.add_inventory_args(p)
     p.add_argument("--json", action="store_true", help='print {"ok", "hosts", "problems"} as JSON')
     p.set_defaults(func=cmd_check)
 
 
 def cmd_check(args) -> int:
-    hosts, problems = run(args.inventory)
+    sources = inventory.from_args(args)
+    hosts, problems = run(sources)
     ok = not has_errors(problems)
     if args.json:
         print(json.dumps({"ok": ok, "hosts": hosts, "problems": [asdict(p) for p in problems]}, indent=2))
     else:
         for line in format_lines(problems):
             print(line)
-        print(summary(args.inventory, hosts, problems))
+        print(summary(sources, hosts, problems))
     return EXIT_OK if ok else EXIT_USAGE

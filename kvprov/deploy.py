@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
                        description="Check the inventory, then run playbooks/site.yml on the gpu_nodes group "
                                    "through ansible-runner. Exit 0 ok, 1 a task failed, 2 bad inventory, "
                                    "3 unreachable hosts.")
-    p.add_argument("inventory")
+    inventory.add_inventory_args(p)
     p.add_argument("--check", action="store_true", help="dry run (Ansible check mode with diff): change nothing")
     p.add_argument("--diff", action="store_true", help="show file diffs")
     p.add_argument("--limit", help="Ansible host pattern")
@@ -32,7 +32,7 @@ HOST_LOCK_TASK = "Take the host's deploy lock"  # playbooks/site.yml
 ROLLOUT = ("kvprov_deploy_serial", "kvprov_deploy_max_fail_percentage")
 
 
-def rollout(path: str) -> dict:
+def rollout(path: str | list[str]) -> dict:
     """serial and max_fail_percentage are play keywords: Ansible reads them once per play from
     extra vars, never from host variables. kvprov passes the inventory's values (the same on
     every target host: `kvprov check`)."""
@@ -42,17 +42,18 @@ def rollout(path: str) -> dict:
 
 
 def cmd_deploy(args) -> int:
-    hosts = check.require_valid(args.inventory)
+    sources = inventory.from_args(args)
+    hosts = check.require_valid(sources)
     print(f"deploy: {len(hosts)} host(s) in the inventory{f', limited to {args.limit}' if args.limit else ''}"
           f"{' (check mode: no changes)' if args.check else ''}", file=sys.stderr)
     command = "deploy --check" if args.check else "deploy"
-    extravars = {**lock.host_lock_vars(args.inventory, command), **rollout(args.inventory)}
+    extravars = {**lock.host_lock_vars(sources, command), **rollout(sources)}
     if args.stop_engines and not args.allow_remount:
         raise KvprovError("--stop-engines goes with --allow-remount", EXIT_USAGE)
     if args.allow_remount:
         extravars.update(kvprov_storage_allow_remount=True, kvprov_storage_stop_dependents=args.stop_engines)
-    with lock.inventory_lock(args.inventory, command):
-        result = runner.run("site.yml", args.inventory, name="deploy", extravars=extravars, limit=args.limit,
+    with lock.inventory_lock(sources, command):
+        result = runner.run("site.yml", sources, name="deploy", extravars=extravars, limit=args.limit,
                             tags=args.tags, check=args.check, diff=args.diff or args.check)
     if args.diff or args.check:
         print(runner.format_diffs(result) or "\nno file would change" if args.check else runner.format_diffs(result))

@@ -26,11 +26,12 @@ from typing import Any, Iterator
 import yaml
 
 from kvprov import paths
+from kvprov.errors import EXIT_USAGE, KvprovError
 from kvprov.inventory_lint import (InventoryError, Problem, construct, did_you_mean, key_nodes,
                                    line_of, lint_inventory, lint_vars_file, mapping_items, parse_yaml)
 
-__all__ = ["Group", "Host", "Inventory", "InventoryError", "Origin", "Problem", "Setting", "Var", "load",
-           "read_role_defaults", "read_text", "roles_dir"]
+__all__ = ["Group", "Host", "Inventory", "InventoryError", "Origin", "Problem", "Setting", "Var", "add_inventory_args",
+           "describe", "from_args", "load", "read_role_defaults", "read_text", "roles_dir", "source_list"]
 
 TARGET_GROUP = "gpu_nodes"  # kvprov configures the hosts of this group (and its children)
 STORAGE_GROUP = "kv_storage"  # the storage systems `kvprov storage check` checks (and its children)
@@ -148,6 +149,41 @@ class Inventory:
     @property
     def host_names(self) -> list[str]:
         return [h.name for h in self.hosts]
+
+
+# ---------------------------------------------------------------------------- the command line
+
+def add_inventory_args(parser, required: bool = True, help: str | None = None) -> None:
+    """The inventory arguments of every command: INVENTORY, then -i/--inventory SOURCE
+    (repeatable), the sources in that order, as `ansible-inventory -i a -i b` merges them
+    (a later source wins). `sources(args)` gives the list."""
+    parser.add_argument("inventory", nargs="?", metavar="INVENTORY",
+                        help=help or "the inventory: whatever ansible-inventory -i takes (a YAML or INI file, a "
+                                     "directory, a plugin configuration, a script), read by ansible-core with its "
+                                     "group_vars/ and host_vars/")
+    parser.add_argument("-i", "--inventory", dest="more_inventory", action="append", default=[], metavar="SOURCE",
+                        help="an inventory source after INVENTORY (repeatable, in order; INVENTORY may be left out): "
+                             "merged as ansible-inventory -i merges them, a later source winning")
+    parser.set_defaults(inventory_required=required)
+
+
+def from_args(args) -> list[str]:
+    """The inventory sources given on the command line, in order (KvprovError, exit 2, when
+    the command needs one and none is given)."""
+    given = ([args.inventory] if args.inventory else []) + args.more_inventory
+    if not given and args.inventory_required:
+        raise KvprovError("give the inventory: INVENTORY or -i SOURCE (repeatable)", EXIT_USAGE)
+    return given
+
+
+def source_list(inventory: str | Path | list[str | Path]) -> list[str]:
+    """One source or several, as a list of strings."""
+    return [str(s) for s in (inventory if isinstance(inventory, list) else [inventory])]
+
+
+def describe(inventory: str | Path | list[str | Path]) -> str:
+    """The sources for a message: `a.ini`, or `a.ini, b.yml`."""
+    return ", ".join(source_list(inventory))
 
 
 # ---------------------------------------------------------------------------- Ansible values
@@ -358,7 +394,7 @@ def _ansible(sources: list[str]):
         try:
             manager = InventoryManager(loader=loader, sources=sources)
         except AnsibleError as e:
-            raise InventoryError(f"Ansible cannot read the inventory: {e.message}", ", ".join(sources)) from None
+            raise InventoryError(f"Ansible cannot read the inventory: {e.message}", describe(sources)) from None
     failures: list[tuple[str, str]] = []  # (plugin, why), for the source Ansible could not parse
     for message in messages:
         m = re.fullmatch(r"Failed to parse inventory with '([\w.]+)' plugin\. (.*)", message, re.S)
@@ -393,7 +429,7 @@ def load(sources: str | Path | list[str | Path], roles: Path | None = None,
     from ansible.inventory.helpers import sort_groups
     from ansible.vars.plugins import get_vars_from_inventory_sources
 
-    given = [str(s) for s in (sources if isinstance(sources, list) else [sources])]
+    given = source_list(sources)
     ctx = _Context(_Shown(given))
     _lint(given, ctx)
     try:
@@ -402,7 +438,7 @@ def load(sources: str | Path | list[str | Path], roles: Path | None = None,
         if any(p.severity == "error" for p in ctx.issues):
             raise InventoryError(e.detail, e.file, e.line, e.column, ctx.issues) from None
         raise
-    where = ", ".join(given)
+    where = describe(given)
     absolute = [os.path.abspath(s) if os.path.exists(s) else s for s in given]
 
     def plugin_vars(entity) -> dict:  # group_vars/, host_vars/ and other vars plugins, as a play sees them

@@ -45,6 +45,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from kvprov import inventory
 from kvprov.bench_worker import percentiles, rounded
 from kvprov.check import TIERLESS_ENGINES
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_USAGE, KvprovError
@@ -182,9 +183,9 @@ def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instanc
     return out
 
 
-def load_inventory_endpoints(path: str, limit: str | None, instances: list[str] | None,
+def load_inventory_endpoints(path: str | list[str], limit: str | None, instances: list[str] | None,
                              tokenizer: str | None) -> list[Endpoint]:
-    from kvprov import desired, inventory
+    from kvprov import desired
 
     states = desired.load(path, limit)  # checks the inventory first (exit 2 on problems)
     hosts = {h.name: h.values() for h in inventory.load(path).hosts}
@@ -842,7 +843,7 @@ def _positive(kind):
 def add_parser(sub) -> None:
     p = sub.add_parser("loadtest", help="multi-turn serving benchmark of the engines (throughput, TTFT, cache hits)",
                        description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("inventory", nargs="?", help="measure this inventory's engine instances")
+    inventory.add_inventory_args(p, required=False, help="measure this inventory's engine instances")
     p.add_argument("--url", action="append", default=[], metavar="URL",
                    help="an OpenAI-compatible server to measure instead (repeatable; no inventory needed)")
     p.add_argument("--api-key-file", metavar="F", help="with --url: a file holding the API key (sent as Bearer)")
@@ -879,12 +880,12 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_loadtest)
 
 
-def restart_engine(inventory: str, ep: Endpoint, timeout: float, probe_timeout: float) -> None:
+def restart_engine(sources: list[str], ep: Endpoint, timeout: float, probe_timeout: float) -> None:
     """Restart the endpoint's engine units on its host (playbooks/restart.yml) and wait until it
     answers /v1/models again; EndpointError when it does not."""
     from kvprov import runner
 
-    result = runner.run("restart.yml", inventory, name="loadtest-restart", limit=ep.host, stream=sys.stderr,
+    result = runner.run("restart.yml", sources, name="loadtest-restart", limit=ep.host, stream=sys.stderr,
                         extravars={"kvprov_restart_units": ep.units})
     if result.failures or result.rc != 0:
         raise EndpointError("; ".join(f.message for f in result.failures) or f"ansible-playbook exited {result.rc}")
@@ -932,13 +933,13 @@ def roundtrip_result(ep: Endpoint, points: list[dict]):
                   fix, ep.host or ep.name)
 
 
-def roundtrip(inventory: str, limit: str | None) -> list:
+def roundtrip(sources: list[str], limit: str | None) -> list:
     """`kvprov validate --engine-roundtrip`: per engine instance, a one-conversation warm-up, a
     restart of its units and a replay (the same path as `kvprov loadtest --replay`)."""
     from kvprov.validate.result import SKIP, Result
 
     results = []
-    for ep in load_inventory_endpoints(inventory, limit, None, None):
+    for ep in load_inventory_endpoints(sources, limit, None, None):
         if ep.engine in TIERLESS_ENGINES:
             results.append(Result(f"engine.{ep.name.split('/', 1)[-1]}.roundtrip", "engine", SKIP, "",
                                   f"engine {ep.engine} has no KV tier: nothing to serve from storage after a restart",
@@ -955,7 +956,7 @@ def roundtrip(inventory: str, limit: str | None) -> list:
             _progress(f"{ep.name}: engine round trip (warm-up, restart, replay)")
             counter = TokenCounter(ep.model_path)
             points = run([ep], ROUNDTRIP, _progress, {ep.name: counter},
-                         lambda e: restart_engine(inventory, e, ROUNDTRIP.restart_timeout, 30))["points"]
+                         lambda e: restart_engine(sources, e, ROUNDTRIP.restart_timeout, 30))["points"]
         results.append(roundtrip_result(ep, points))
     return results
 
@@ -971,15 +972,16 @@ def _stamp() -> str:
 def cmd_loadtest(args) -> int:
     from kvprov import loadtest_report as report
 
+    sources = inventory.from_args(args)
     if args.compare:
-        if args.inventory or args.url:
+        if sources or args.url:
             raise KvprovError("--compare reads earlier runs: give no inventory or --url", EXIT_USAGE)
         runs = [report.load_run(f) for f in args.compare]
         out = Path(args.out or f"loadtest-compare-{_stamp()}")
         paths = report.write_compare(runs, out)
         print("\n".join(str(p) for p in paths))
         return EXIT_OK
-    if bool(args.inventory) == bool(args.url):
+    if bool(sources) == bool(args.url):
         raise KvprovError("give an INVENTORY or --url URL (not both)", EXIT_USAGE)
     if args.api_key_file and not args.url:
         raise KvprovError("--api-key-file goes with --url (the inventory names its own key file)", EXIT_USAGE)
@@ -999,7 +1001,7 @@ def cmd_loadtest(args) -> int:
         endpoints = url_endpoints(args.url, key, args.tokenizer)
     else:
         names = [n.strip() for n in args.instances.split(",") if n.strip()] if args.instances else None
-        endpoints = load_inventory_endpoints(args.inventory, args.limit, names, args.tokenizer)
+        endpoints = load_inventory_endpoints(sources, args.limit, names, args.tokenizer)
 
     probe_timeout = min(30.0, s.request_timeout)
     for ep in endpoints:  # models and context, before any inference request
@@ -1032,7 +1034,7 @@ def cmd_loadtest(args) -> int:
         _progress(f"{ep.name}: model {ep.model}, {ep.api} API, tokens {counters[ep.name].note}")
 
     def restart(ep: Endpoint) -> None:
-        restart_engine(args.inventory, ep, s.restart_timeout, probe_timeout)
+        restart_engine(sources, ep, s.restart_timeout, probe_timeout)
 
     result = run(endpoints, s, _progress, counters, restart) if live else {"points": [], "planned_points": 0,
                                                                              "stopped": None}
@@ -1063,8 +1065,8 @@ def cmd_loadtest(args) -> int:
                         "output_tokens": s.output_tokens, "turn_tokens": s.turn_tokens, "duration_s": s.duration,
                         "request_timeout_s": s.request_timeout, "api": s.api, "seed": s.seed,
                         "ignore_eos": s.ignore_eos, "replay": s.replay,
-                        "source": "inventory" if args.inventory else "url",
-                        "inventory": args.inventory},
+                        "source": "inventory" if sources else "url",
+                        "inventory": sources or None},
            "endpoints": [{**ep.public(), "tokenizer": counters[ep.name].describe()} for ep in endpoints],
            "planned_points": result["planned_points"], "done_points": len(result["points"]),
            "stopped": result["stopped"], "exit_code": code, "points": result["points"],

@@ -1,5 +1,6 @@
 """One change at a time per inventory: `kvprov deploy` and `kvprov audit --fix` hold a
-controller-side lock (flock on a file named after the inventory's real path), so a second
+controller-side lock (flock on a file named after the inventory sources' real paths, sorted:
+the same sources in any order are the same inventory), so a second
 one is refused, naming the holder, instead of two runs pip-installing into the same venvs
 and racing remounts. The lock goes with the process (a killed run leaves nothing held)."""
 
@@ -17,19 +18,25 @@ from pathlib import Path
 
 from kvprov import paths
 from kvprov.errors import EXIT_BUSY, KvprovError
+from kvprov.inventory import describe, source_list
 
 
 def locks_dir() -> Path:
     return Path(os.environ.get("KVPROV_LOCK_DIR", paths.state_dir() / "locks"))
 
 
-def lock_path(inventory: str) -> Path:
-    key = hashlib.sha256(os.path.realpath(inventory).encode()).hexdigest()[:16]
+def _real(inventory: str | list[str]) -> list[str]:
+    """The sources' real paths, sorted."""
+    return sorted(os.path.realpath(s) for s in source_list(inventory))
+
+
+def lock_path(inventory: str | list[str]) -> Path:
+    key = hashlib.sha256("\n".join(_real(inventory)).encode()).hexdigest()[:16]  # one source: its real path
     return locks_dir() / f"{key}.lock"
 
 
 @contextmanager
-def inventory_lock(inventory: str, command: str):
+def inventory_lock(inventory: str | list[str], command: str):
     """Hold the inventory's lock for the block; KvprovError (EXIT_BUSY) when another run has it."""
     path = lock_path(inventory)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -38,21 +45,21 @@ def inventory_lock(inventory: str, command: str):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise KvprovError(f"{inventory}: {_holder(fd)} is changing these hosts; wait for it to finish (or stop "
-                              f"it), then run again (lock: {path})", EXIT_BUSY) from None
+            raise KvprovError(f"{describe(inventory)}: {_holder(fd)} is changing these hosts; wait for it to finish "
+                              f"(or stop it), then run again (lock: {path})", EXIT_BUSY) from None
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "inventory": os.path.realpath(inventory),
+        os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "inventory": _real(inventory),
                                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode())
         yield
     finally:
         os.close(fd)  # releases the lock
 
 
-def host_lock_vars(inventory: str, command: str) -> dict:
+def host_lock_vars(inventory: str | list[str], command: str) -> dict:
     """Extra vars for site.yml's host-side lock (playbooks/library/kvprov_host_lock.py): the
     owner is this controller and inventory, so a rerun takes over what an interrupted run of
     the same inventory left, and a run from anywhere else is refused by name."""
-    return {"kvprov_lock_owner": f"{socket.gethostname()}:{os.path.realpath(inventory)}",
+    return {"kvprov_lock_owner": f"{socket.gethostname()}:{','.join(_real(inventory))}",
             "kvprov_lock_command": f"kvprov {command}", "kvprov_run_id": secrets.token_hex(6)}
 
 

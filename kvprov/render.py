@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvprov import desired
+from kvprov import desired, inventory
 from kvprov.errors import EXIT_OK, EXIT_USAGE, KvprovError
 
 
-def render(inventory: str, out: Path, host: str | None = None) -> list[Path]:
-    states = desired.load(inventory)
+def render(sources: list[str], out: Path, host: str | None = None) -> list[Path]:
+    states = desired.load(sources)
     if host and host not in states:
-        raise KvprovError(f"{inventory}: no host {host!r} in gpu_nodes (hosts: {', '.join(states)})", EXIT_USAGE)
+        raise KvprovError(f"{inventory.describe(sources)}: no host {host!r} in gpu_nodes (hosts: {', '.join(states)})", EXIT_USAGE)
     written = []
     for name, state in states.items():
         if host and name != host:
@@ -21,7 +21,7 @@ def render(inventory: str, out: Path, host: str | None = None) -> list[Path]:
         for dest, f in state["files"].items():
             path = out / name / dest.lstrip("/")
             if not path.resolve().is_relative_to(out.resolve()):  # a host or path with .. in it
-                raise KvprovError(f"{inventory}: host {name}: {dest} would be written outside {out}", EXIT_USAGE)
+                raise KvprovError(f"{inventory.describe(sources)}: host {name}: {dest} would be written outside {out}", EXIT_USAGE)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(f["content"])
             path.chmod(int(f["mode"], 8))
@@ -32,13 +32,13 @@ def render(inventory: str, out: Path, host: str | None = None) -> list[Path]:
 def add_parser(sub) -> None:
     p = sub.add_parser("render", help="write every file each host would get (contacts no host)",
                        description="Render the roles' templates for each host into DIR/<host>/<absolute path>.")
-    p.add_argument("inventory")
+    inventory.add_inventory_args(p)
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--host", help="only this host")
     p.set_defaults(func=cmd_render)
 
 
 def cmd_render(args) -> int:
-    for path in render(args.inventory, args.out, args.host):
+    for path in render(inventory.from_args(args), args.out, args.host):
         print(path)
     return EXIT_OK

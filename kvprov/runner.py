@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kvprov import paths
+from kvprov.inventory import source_list
 
 
 @dataclass
@@ -110,10 +111,11 @@ class _Printer:
         return True  # keep the event in the artifacts
 
 
-def run(playbook: str, inventory: Path, *, name: str, extravars: dict | None = None,
+def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravars: dict | None = None,
         limit: str | None = None, tags: str | None = None, check: bool = False, diff: bool = False,
         stream=None, verbose: bool = False, capture: str | None = None) -> RunResult:
-    """Run a playbook; `capture` names a task whose per-host results are kept in `captured`."""
+    """Run a playbook on the inventory sources (each passed as -i, in order); `capture` names
+    a task whose per-host results are kept in `captured`."""
     import ansible_runner
 
     stream = stream or sys.stderr
@@ -128,7 +130,7 @@ def run(playbook: str, inventory: Path, *, name: str, extravars: dict | None = N
         private_data_dir=str(private),
         project_dir=str(paths.playbooks_dir()),
         playbook=str(paths.playbooks_dir() / playbook),
-        inventory=str(Path(inventory).resolve()),
+        inventory=[str(Path(s).resolve()) if os.path.exists(s) else s for s in source_list(inventory)],
         extravars=extravars or {},
         limit=limit,
         tags=tags,

@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
                     "mounted through, the export's volume online with free space and inodes, and an export rule "
                     "that gives every GPU node read, write and root. Changes nothing. Exit 0: no check failed; "
                     "1: a check failed; 2: bad inventory; 3: a storage system was unreachable (docs/storage-check.md).")
-    c.add_argument("inventory", metavar="INVENTORY")
+    inventory.add_inventory_args(c)
     c.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
     c.add_argument("--junit", metavar="F", help="also write JUnit XML to F (a testcase per check)")
     c.set_defaults(func=cmd_check)
@@ -51,13 +51,13 @@ def _orphan(c: Client) -> Result:
                   "of the storage system it mounts from, or fix kvprov_storage_server", c.host)
 
 
-def run(path: str, stream=None) -> tuple[list[Result], list[str]]:
+def run(path: str | list[str], stream=None) -> tuple[list[Result], list[str]]:
     """Every storage check of an inventory: (results without summaries, unreachable systems)."""
     check.require_valid(path)
     inv = inventory.load(path)
     all_systems = systems.systems(inv)
     if not all_systems:
-        raise KvprovError(f"{path}: no group {inventory.STORAGE_GROUP} with hosts: add the storage systems under "
+        raise KvprovError(f"{inventory.describe(path)}: no group {inventory.STORAGE_GROUP} with hosts: add the storage systems under "
                           f"all: children: {inventory.STORAGE_GROUP}: hosts: (docs/storage-check.md)", EXIT_USAGE)
     results: list[Result] = []
     unreachable: list[str] = []
@@ -97,7 +97,7 @@ def run(path: str, stream=None) -> tuple[list[Result], list[str]]:
 
 
 def cmd_check(args) -> int:
-    results, unreachable = run(args.inventory)
+    results, unreachable = run(inventory.from_args(args))
     results += [summarize(rs) for rs in report.by_host(results).values()]
     report.write_reports(args, results, name="kvprov storage check")
     if any(r.status == FAIL and r.host not in unreachable for r in report.checks(results)):

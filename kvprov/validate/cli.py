@@ -1,9 +1,9 @@
-"""`kvprov validate [INVENTORY | --bundle DIR/HOST [--inventory INV]] [--no-bench] [--json F] [--junit F]`.
+"""`kvprov validate [INVENTORY] [-i SOURCE ...] [--bundle DIR/HOST ...] [--no-bench] [--json F] [--junit F]`.
 
 Live: collect each host's state (kvprov.validate.collect), run the checks on it, then the
 throughput acceptance test (kvprov.bench) unless --no-bench. Offline: the checks on
-captured bundles, against their own desired.json or, with --inventory, the desired state
-recomputed from INV (a bundle that disagrees fails bundle.desired). Exit 0: no check failed (warnings and skips allowed); 1: a check failed;
+captured bundles, against their own desired.json or, given an inventory, the desired state
+recomputed from it (a bundle that disagrees fails bundle.desired). Exit 0: no check failed (warnings and skips allowed); 1: a check failed;
 2: no such bundle, or a bundle without a usable desired.json; 3: a host was unreachable.
 """
 
@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kvprov import bench, desired
+from kvprov import bench, desired, inventory
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import collect, evaluate, report
 from kvprov.validate.result import FAIL, Result, show, summarize
@@ -27,17 +27,17 @@ def add_parser(sub) -> None:
                     "pNFS layout used after a real write), RDMA, GDS, NIXL and the engine services. With --bundle "
                     "the checks run offline on captured files (docs/bundle.md), e.g. a customer's capture. "
                     "Exit 0: no check failed; 1: a check failed; 2: no usable bundle.")
-    p.add_argument("inventory", nargs="?", metavar="INVENTORY",
-                   help="validate the live hosts of this inventory (collects a bundle per host first)")
+    inventory.add_inventory_args(
+        p, required=False, help="validate the live hosts of this inventory (collects a bundle per host first); with "
+                                "--bundle: judge each bundle against the desired state recomputed from it (contacts "
+                                "no host), not the bundle's own desired.json; bundle.desired fails where the two "
+                                "disagree")
     p.add_argument("--limit", help="Ansible host pattern (with INVENTORY)")
     p.add_argument("--timeout", type=int, default=30, metavar="S",
                    help="seconds for each host-side probe, e.g. the I/O on a possibly hung mount (default 30)")
     p.add_argument("--keep", type=Path, metavar="DIR", help="keep the collected bundles in DIR (with INVENTORY)")
     p.add_argument("--bundle", action="append", default=[], metavar="DIR/HOST",
                    help="a host's bundle directory (repeat for several hosts)")
-    p.add_argument("--inventory", dest="bundle_inventory", metavar="INV",
-                   help="with --bundle: judge each bundle against the desired state recomputed from INV (contacts "
-                        "no host), not the bundle's own desired.json; bundle.desired fails where the two disagree")
     p.add_argument("--no-bench", action="store_true", help="skip the throughput acceptance test (with INVENTORY)")
     p.add_argument("--engine-roundtrip", action="store_true",
                    help="(with INVENTORY) per engine instance: warm one conversation, restart the engine's units "
@@ -50,17 +50,15 @@ def add_parser(sub) -> None:
 
 
 def cmd_validate(args) -> int:
-    if args.inventory and args.bundle:
-        raise KvprovError("give either an inventory or --bundle, not both", EXIT_USAGE)
-    if args.engine_roundtrip and not args.inventory:
-        raise KvprovError("--engine-roundtrip restarts live engines: give an INVENTORY", EXIT_USAGE)
-    if args.bundle_inventory and not args.bundle:
-        raise KvprovError("--inventory goes with --bundle (to validate the live hosts: kvprov validate INVENTORY)",
-                          EXIT_USAGE)
+    sources = inventory.from_args(args)
+    live = [] if args.bundle else sources  # the inventory whose hosts are contacted
+    judge = sources if args.bundle else []  # the inventory the given bundles are judged against
+    if args.engine_roundtrip and not live:
+        raise KvprovError("--engine-roundtrip restarts live engines: give an INVENTORY, without --bundle", EXIT_USAGE)
     unreachable = []
-    if args.inventory:
+    if live:
         out = args.keep or Path(tempfile.mkdtemp(prefix="kvprov-validate-"))
-        collected = collect.collect(args.inventory, out, args.limit, timeout=args.timeout)
+        collected = collect.collect(live, out, args.limit, timeout=args.timeout)
         args.bundle = [str(out / h) for h in sorted(collected.captured)]
         unreachable = collected.unreachable
         for f in collected.failures:
@@ -68,37 +66,38 @@ def cmd_validate(args) -> int:
     elif not args.bundle:
         raise KvprovError("give an INVENTORY or --bundle DIR/HOST (a bundle directory, see docs/bundle.md)", EXIT_USAGE)
     want = None
-    if args.bundle_inventory:
-        want = desired.load(args.bundle_inventory)
-    elif not args.inventory:
+    if judge:
+        want = desired.load(judge)
+    elif not live:
         print("kvprov: note: each bundle's own desired.json is trusted (an edited one goes unnoticed); give "
-              "--inventory INV to judge the bundles against the desired state INV gives", file=sys.stderr)
+              "the inventory (-i/--inventory INV) to judge the bundles against the desired state INV gives",
+              file=sys.stderr)
     results, unusable = [], 0
     for path in args.bundle:
         try:
-            results += report.checks(evaluate.evaluate_bundle(path, want, args.bundle_inventory or ""))
+            results += report.checks(evaluate.evaluate_bundle(path, want, inventory.describe(judge)))
         except KvprovError as e:  # one bad bundle is one failed host; the others are still checked
             if e.exit_code != EXIT_USAGE:
                 raise
             print(f"kvprov: error: {e}", file=sys.stderr)
             unusable += 1
-            expected = (f"a bundle of a GPU node of {show(args.bundle_inventory, 200)}" if want is not None
+            expected = (f"a bundle of a GPU node of {show(inventory.describe(judge), 200)}" if want is not None
                         else "a bundle with a desired.json this kvprov reads (docs/bundle.md)")
             results.append(Result("bundle.desired", "bundle", FAIL, expected, str(e),
                                   "capture it again with `kvprov collect`" + (", or give the inventory it belongs to"
                                                                               if want is not None else ""),
                                   host=show(Path(path).name, 80)))
-    if args.inventory and not args.keep:
+    if live and not args.keep:
         shutil.rmtree(out, ignore_errors=True)
-    if args.inventory and not args.no_bench and args.bundle:
+    if live and not args.no_bench and args.bundle:
         hosts = ",".join(sorted(Path(b).name for b in args.bundle))
-        bench_results, bench_run = bench.run(args.inventory, hosts, args.together, bench.overrides(args))
+        bench_results, bench_run = bench.run(live, hosts, args.together, bench.overrides(args))
         results += bench_results
         unreachable += bench_run.unreachable
     if args.engine_roundtrip and args.bundle:
         from kvprov import loadtest
 
-        results += loadtest.roundtrip(args.inventory, ",".join(sorted(Path(b).name for b in args.bundle)))
+        results += loadtest.roundtrip(live, ",".join(sorted(Path(b).name for b in args.bundle)))
     results += [summarize(rs) for rs in report.by_host(results).values()]
     report.write_reports(args, results)
     if unusable == len(args.bundle):

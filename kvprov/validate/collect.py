@@ -9,7 +9,7 @@ import posixpath
 import sys
 from pathlib import Path
 
-from kvprov import __version__, check, runner
+from kvprov import __version__, check, inventory, runner
 from kvprov.errors import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 
 CAPTURE_TASK = "Capture the live state"
@@ -54,9 +54,9 @@ def write_bundle(root: Path, files: dict) -> list[str]:
     return written
 
 
-def collect(inventory: str, out: Path, limit: str | None = None, stream=None, timeout: int = 30) -> runner.RunResult:
-    check.require_valid(inventory)
-    result = runner.run("collect.yml", inventory, name="collect",
+def collect(sources: str | list[str], out: Path, limit: str | None = None, stream=None, timeout: int = 30) -> runner.RunResult:
+    check.require_valid(sources)
+    result = runner.run("collect.yml", sources, name="collect",
                         extravars={"kvprov_version": __version__, "kvprov_collect_timeout": timeout},
                         limit=limit, stream=stream or sys.stderr, capture=CAPTURE_TASK)
     for host, res in result.captured.items():
@@ -70,7 +70,7 @@ def add_parser(sub) -> None:
                                    "GDS, cufile.json, the managed config files, unit states, a NIXL probe, storage "
                                    "dirs and packages into DIR/<host>/ (docs/bundle.md), for `kvprov validate "
                                    "--bundle` here or elsewhere.")
-    p.add_argument("inventory")
+    inventory.add_inventory_args(p)
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--limit", help="Ansible host pattern")
     p.add_argument("--timeout", type=int, default=30, metavar="S", help="seconds for each host-side probe")
@@ -80,7 +80,7 @@ def add_parser(sub) -> None:
 def cmd_collect(args) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise KvprovError(f"--out {args.out} is not a directory", EXIT_USAGE)
-    result = collect(args.inventory, args.out, args.limit, timeout=args.timeout)
+    result = collect(inventory.from_args(args), args.out, args.limit, timeout=args.timeout)
     for host in sorted(result.captured):
         print(f"{args.out / host}")
     if result.failures:

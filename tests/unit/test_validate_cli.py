@@ -71,8 +71,8 @@ def test_usage_errors_exit_2(tmp_path):
     assert r.returncode == EXIT_USAGE and "storage.profile: missing" in r.stderr
     r = kvprov("validate", timeout=60)
     assert r.returncode == EXIT_USAGE and "give an INVENTORY or --bundle DIR/HOST" in r.stderr
-    r = kvprov("validate", "inventory/lab.yml", "--bundle", str(tmp_path), timeout=60)
-    assert r.returncode == EXIT_USAGE and "not both" in r.stderr
+    r = kvprov("validate", "inventory/lab.yml", "--bundle", str(tmp_path), timeout=120)  # the inventory judges it
+    assert r.returncode == EXIT_USAGE and "is not a GPU node of inventory/lab.yml" in r.stderr
     r = kvprov("validate", "--bundle", str(BUNDLES / "lab_gpu1"), "--json", str(tmp_path / "no/such/dir/x.json"),
                timeout=60)
     assert r.returncode == EXIT_USAGE and "cannot write" in r.stderr
@@ -138,5 +138,6 @@ def test_with_inventory_a_relabelled_capture_fails_and_is_judged_against_the_inv
     assert results["mount.transport"]["status"] == "fail"
     [other] = hosts["local_c1"]["results"][:1]
     assert other["status"] == "fail" and "host kvlab-c1 is not a GPU node of inventory/lab.yml" in other["found"]
-    r = kvprov("validate", "--inventory", "inventory/lab.yml", timeout=60)
-    assert r.returncode == EXIT_USAGE and "--inventory goes with --bundle" in r.stderr
+    r = kvprov("validate", "--engine-roundtrip", "--bundle", str(relabelled), "--inventory", "inventory/lab.yml",
+               timeout=60)  # with --bundle the inventory judges the bundles: no live engine to restart
+    assert r.returncode == EXIT_USAGE and "--engine-roundtrip restarts live engines" in r.stderr
