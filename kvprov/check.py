@@ -1209,7 +1209,7 @@ def storage_dirs(h: HostView) -> list[StorageDir]:
             out.append(d)
             continue
         if profile in NFS_PROFILES:
-            d.volume, d.volume_path = ("nfs", server), posixpath.normpath(f"{export}/{rel}")
+            d.volume, d.volume_path = ("nfs", server), posixpath.join(export, rel)
         out.append(d)
     return out
 
