@@ -1,0 +1,207 @@
+"""kvprov check's rules over several hosts (storage dirs, hash seeds, rollout settings,
+the storage systems) and its output, on inventories built from values: each host is its
+role defaults overlaid with its own values, every value it sets is a setting of that host
+(as `kvprov check` gets them from a file, without the file's lines)."""
+
+import pytest
+
+from kvprov import check, cli, inventory
+from kvprov.errors import EXIT_USAGE, KvprovError
+from kvprov.inventory import Group, Host, Inventory, Origin, Problem, Setting, Var
+
+ROLES = inventory.roles_dir()
+SPECS = check.read_specs(ROLES)
+DEFAULTS = inventory.read_role_defaults(ROLES)
+NFS = {"kvprov_storage_server": "10.0.0.5"}
+
+
+def fleet(gpu: dict[str, dict], storage: dict[str, dict] | None = None, all_vars: dict | None = None) -> Inventory:
+    """GPU hosts (group gpu_nodes), storage systems (group kv_storage) and variables of group all."""
+    def host(name: str, values: dict) -> Host:
+        return check.host_from_values(name, {**(all_vars or {}), **values}, DEFAULTS)
+
+    settings = [Setting(Var(n, v, Origin("inv.yml", 1)), group="all") for n, v in (all_vars or {}).items()]
+    settings += [Setting(Var(n, v, Origin("inv.yml", 2)), host=name)
+                 for name, values in {**gpu, **(storage or {})}.items() for n, v in values.items()]
+    storage_hosts = [Host(name, Origin("inv.yml", 3), ["all", "kv_storage"],
+                          {n: Var(n, v, Origin("inv.yml", 3)) for n, v in {**(all_vars or {}), **values}.items()})
+                     for name, values in (storage or {}).items()]
+    groups = {"all": Group("all", None, children=["gpu_nodes", "kv_storage"]),
+              "gpu_nodes": Group("gpu_nodes", Origin("inv.yml", 1), hosts=list(gpu)),
+              "kv_storage": Group("kv_storage", Origin("inv.yml", 1), hosts=list(storage or {}))}
+    return Inventory(ROLES / "inv.yml", [host(n, v) for n, v in gpu.items()], groups, settings, DEFAULTS, ROLES,
+                     storage_hosts=storage_hosts)
+
+
+def found(inv: Inventory) -> list[str]:
+    return [f"{p.severity} {p.host} {p.variable}: {p.message}" for p in check.check(inv, SPECS)]
+
+
+# ---------------------------------------------------------------------------- prefix hash seeds
+
+def test_hash_seeds_must_agree_per_volume_for_the_engines_that_hash_prefixes():
+    inproc = {**NFS, "kvprov_engine": "lmcache_inproc"}
+    assert found(fleet({"a": inproc, "b": {**inproc, "kvprov_engine_hash_seed": 7}})) == [
+        "error b kvprov_engine_hash_seed: 7 differs from host a's 0 on the same volume 10.0.0.5:/kvcache: prefix keys "
+        "differ, so neither host ever hits the other's pages; use one seed for every host"]
+    # SGLang keys pages otherwise; a local disk is no shared volume
+    assert found(fleet({"a": NFS, "b": {**NFS, "kvprov_engine_hash_seed": 7}})) == []
+    local = {**inproc, "kvprov_storage_profile": "local", "kvprov_storage_pnfs_layout": "none"}
+    assert found(fleet({"a": local, "b": {**local, "kvprov_engine_hash_seed": 7}})) == []
+    # a host left out does not end the comparison of the others
+    assert len(found(fleet({"s": NFS, "a": inproc, "b": {**inproc, "kvprov_engine_hash_seed": 7}}))) == 1
+
+
+# ---------------------------------------------------------------------------- rollout settings
+
+def test_rollout_settings_are_one_value_for_the_run():
+    assert found(fleet({"a": {**NFS, "kvprov_deploy_max_fail_percentage": 10}, "b": NFS})) == [
+        "error b kvprov_deploy_max_fail_percentage: 100 differs from host a's 10: a rollout setting is one value for "
+        "the whole run; set it for all GPU nodes (e.g. in group_vars/gpu_nodes)"]
+
+
+# ---------------------------------------------------------------------------- storage dirs
+
+def test_storage_dirs_are_checked_per_instance_past_one_the_setting_rules_report():
+    instances = [{"name": "Bad Name", "port": 8000}, {"name": "rel", "port": 8001, "storage_dir": "kv"},
+                 {"name": "off", "port": 8002, "storage_dir": "/var/tmp/kv"}]
+    assert [line.split(": ")[1] for line in found(fleet({"a": {**NFS, "kvprov_engine_instances": instances}}))] == [
+        'instance off', "instance 1", "instance rel"]  # sorted by message: the file gives no lines here
+
+
+def test_an_engine_without_a_kv_tier_has_no_storage_dir_to_check():
+    instances = [{"name": "main", "port": 8000, "storage_dir": "/var/tmp/kv"}]
+    assert found(fleet({"a": {**NFS, "kvprov_engine": "vllm_baseline", "kvprov_engine_instances": instances}})) == [
+        "warning a kvprov_engine_instances: instance main: engine vllm_baseline has no KV tier and never reads "
+        "storage_dir: it has no effect; remove it"]
+
+
+def test_no_storage_dirs_are_judged_under_a_mount_point_that_is_wrong():
+    instances = [{"name": "main", "port": 8000, "storage_dir": "/"}]
+    assert found(fleet({"a": {**NFS, "kvprov_storage_mount_point": "/", "kvprov_engine_instances": instances}})) == [
+        'error a kvprov_storage_mount_point: "/" must be a plain absolute path other than / (letters, digits, _ . / - '
+        "only), e.g. /mnt/kvcache"]
+    assert found(fleet({"a": {**NFS, "kvprov_storage_mount_point": 5, "kvprov_engine_instances": instances}})) == [
+        "error a kvprov_storage_mount_point: expected a string, got the number 5"]
+
+
+def test_a_server_or_export_only_ansible_knows_is_one_unknown_volume():
+    view = check.HostView(check.host_from_values("a", {"kvprov_storage_server": "{{ lif }}",
+                                                       "kvprov_storage_export": "{{ junction }}"}, DEFAULTS), SPECS)
+    [d] = check.storage_dirs(view)
+    assert (d.volume, d.export, d.volume_path, d.path) == (("nfs", ""), "/", "/a/main", "/mnt/kvcache/a/main")
+
+
+def test_an_export_of_the_whole_server_names_the_same_server_paths():
+    """Export / and export /kv of one server: /mnt/kvcache/kv/a under the one is /mnt/kvcache/a under the other."""
+    a = {**NFS, "kvprov_storage_export": "/", "kvprov_engine_instances": [
+        {"name": "m", "port": 8000, "storage_dir": "/mnt/kvcache/kv/a"}]}
+    b = {**NFS, "kvprov_storage_export": "/kv", "kvprov_engine_instances": [
+        {"name": "m", "port": 8000, "storage_dir": "/mnt/kvcache/a"}]}
+    [line] = found(fleet({"a": a, "b": b}))
+    assert line.startswith("error b kvprov_engine_instances: instance m: storage dir /mnt/kvcache/a is also host a "
+                           "instance m's storage dir on 10.0.0.5:/: NIXL's clear() would wipe the other's files")
+
+
+def test_nested_storage_dirs_on_one_volume_clash_and_siblings_do_not():
+    def dirs(*paths: str) -> list[str]:
+        gpu = {f"h{i}": {**NFS, "kvprov_engine_instances": [{"name": "m", "port": 8000, "storage_dir": p}]}
+               for i, p in enumerate(paths)}
+        return [line.split(": storage dir ")[1].split(" on ")[0] for line in found(fleet(gpu))]
+
+    assert dirs("/mnt/kvcache/a", "/mnt/kvcache/a/b", "/mnt/kvcache/ab") == [
+        "/mnt/kvcache/a/b lies inside host h0 instance m's storage dir /mnt/kvcache/a"]
+    assert dirs("/mnt/kvcache/x/y", "/mnt/kvcache/x-y", "/mnt/kvcache/x/y/z") == [
+        "/mnt/kvcache/x/y/z lies inside host h0 instance m's storage dir /mnt/kvcache/x/y"]
+
+
+# ---------------------------------------------------------------------------- storage systems
+
+def test_what_each_kind_of_storage_system_needs():
+    assert found(fleet({"g": NFS}, {"s": {"kvprov_storage_system": "ontap", "kvprov_storage_svm": "svm1"}})) == [
+        "error s kvprov_storage_credentials_file: not set, but an ONTAP system needs it: a root-only file on this "
+        "controller with username= and password= lines"]
+    assert found(fleet({"g": NFS}, {"s": {"kvprov_storage_system": "linux",
+                                          "kvprov_storage_credentials_file": "/etc/none"}})) == [
+        'error s kvprov_storage_credentials_file: "/etc/none" cannot be opened on this controller: no such file or '
+        "directory",
+        "warning s kvprov_storage_credentials_file: has no meaning for a Linux server (reached over ssh)"]
+
+
+def test_storage_variables_of_group_all_reach_both_sides_unwarned():
+    assert found(fleet({"g": NFS}, {"s": {"kvprov_storage_system": "linux"}},
+                       all_vars={"kvprov_storage_min_free_percent": 5})) == []
+
+
+def test_storage_system_variables_have_types_and_ranges():
+    values = {"kvprov_storage_system": "linux", "kvprov_storage_svm": 5, "kvprov_storage_credentials_file": 5,
+              "kvprov_storage_ca_bundle": 5, "kvprov_storage_api_port": "x", "kvprov_storage_api_timeout": "x",
+              "kvprov_storage_data_addresses": ["10.0.0.1", 5], "kvprov_storage_min_free_percent": "x",
+              "kvprov_storage_min_free_inodes_percent": "x"}
+    assert sorted(found(fleet({"g": NFS}, {"s": values}))) == [
+        'error s kvprov_storage_api_port: expected an integer, got the string "x"',
+        'error s kvprov_storage_api_timeout: expected an integer, got the string "x"',
+        "error s kvprov_storage_ca_bundle: expected a string, got the number 5",
+        "error s kvprov_storage_credentials_file: expected a string, got the number 5",
+        "error s kvprov_storage_data_addresses: item 2: expected a string, got the number 5",
+        'error s kvprov_storage_min_free_inodes_percent: expected a number, got the string "x"',
+        'error s kvprov_storage_min_free_percent: expected a number, got the string "x"',
+        "error s kvprov_storage_svm: expected a string, got the number 5"]
+    values = {"kvprov_storage_system": "linux", "kvprov_storage_api_timeout": 0, "kvprov_storage_data_addresses":
+              ["10.0.0.1", "a b"], "kvprov_storage_min_free_inodes_percent": 100, "kvprov_storage_min_free_percent": 0}
+    assert sorted(found(fleet({"g": {**NFS, "kvprov_storage_client_address": "x y"}}, {"s": values}))) == [
+        'error g kvprov_storage_client_address: "x y" is not an IP address or a DNS name',
+        "error s kvprov_storage_api_timeout: 0 is out of range: must be >= 1 (seconds per request)",
+        'error s kvprov_storage_data_addresses: item 2: "a b" is not an IP address or a DNS name',
+        "error s kvprov_storage_min_free_inodes_percent: must be a percentage from 0 to under 100, got 100"]
+    assert found(fleet({"g": NFS}, {"s": {"kvprov_storage_system": "linux", "kvprov_storage_api_timeout": 1}})) == []
+
+
+# ---------------------------------------------------------------------------- output
+
+def problem(file: str | None, line: int | None, host: str | None, message: str = "m", severity: str = "error"):
+    return Problem(file, line, host, "kvprov_x", message, severity)
+
+
+def test_problems_come_sorted_by_file_line_host_and_message():
+    inv = fleet({"g": NFS})
+    inv.issues = [problem("b.yml", 2, "B"), problem("b.yml", 2, None), problem("b.yml", None, "h"),
+                  problem("b.yml", 1, "h"), problem(None, None, "h"), problem("a.yml", 9, "h", "z"),
+                  problem("a.yml", 9, "h", "a")]
+    assert [(p.file, p.line, p.host, p.message) for p in check.check(inv, SPECS)] == [
+        (None, None, "h", "m"), ("a.yml", 9, "h", "a"), ("a.yml", 9, "h", "z"), ("b.yml", None, "h", "m"),
+        ("b.yml", 1, "h", "m"), ("b.yml", 2, None, "m"), ("b.yml", 2, "B", "m")]
+
+
+def test_one_line_per_problem_naming_up_to_five_hosts():
+    def label(n: int) -> str:
+        return check.format_lines([problem("inv.yml", 3, f"h{i}") for i in range(n)])[0].split(": kvprov_x")[0]
+
+    assert label(1) == "inv.yml:3: host h0"
+    assert label(5) == "inv.yml:3: hosts h0, h1, h2, h3, h4"
+    assert label(7) == "inv.yml:3: hosts h0, h1, h2, h3, h4 and 2 more"
+
+
+def test_the_summary_counts_errors_and_warnings():
+    problems = [problem("f", 1, "h"), problem("f", 2, "h", severity="warning"), problem("f", 3, "h", severity="warning")]
+    assert check.summary("inv.yml", ["h", "i"], problems) == (
+        "inv.yml: 2 host(s) checked, 1 error(s), 2 warning(s): fix the errors before deploying")
+    assert check.summary("inv.yml", ["h"], problems[1:]) == "inv.yml: 1 host(s) checked, 0 error(s), 2 warning(s): OK"
+
+
+def test_require_valid_returns_the_hosts_or_stops_with_exit_2(tmp_path, capsys):
+    good = tmp_path / "good.yml"
+    good.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        gpu1:\n"
+                    "          kvprov_storage_server: 10.0.0.5\n")
+    assert check.require_valid(str(good)) == ["gpu1"]
+    bad = tmp_path / "bad.yml"
+    bad.write_text(good.read_text().replace("10.0.0.5", "10.0.0.5/x"))
+    with pytest.raises(KvprovError) as e:
+        check.require_valid(str(bad))
+    assert e.value.exit_code == EXIT_USAGE and str(e.value).endswith("; no host was contacted")
+    assert "kvprov_storage_server" in capsys.readouterr().err
+    assert cli.main(["check", str(bad)]) == EXIT_USAGE
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"{bad}: 1 host(s) checked, 1 error(s), 0 warning(s): fix the errors before deploying"
+    assert cli.main(["check", "--json", str(good)]) == 0
+    assert capsys.readouterr().out == '{\n  "ok": true,\n  "hosts": [\n    "gpu1"\n  ],\n  "problems": []\n}\n'
