@@ -249,22 +249,22 @@ def mount_unit(c: Context) -> Result:
     if problems:
         return res(FAIL, expected, show("; ".join(problems), 500),
                   f"{fix} (add --allow-remount when the live mount differs)")
-    warn, warn_fix = _fstab_duplicate(c)
     found = f"What={show(what)} Options={show(options, 200)}" + (f" UnitFileState={state}" if state else "")
-    if warn:
-        return res(WARN, expected, f"{found}; {warn}", warn_fix)
+    duplicate = _fstab_duplicate(c)
+    if duplicate:
+        return res(WARN, expected, f"{found}; {duplicate[0]}", duplicate[1])
     return res(PASS, expected, found)
 
 
-def _fstab_duplicate(c: Context) -> tuple[str, str]:
-    """A warning about /etc/fstab and its fix: ("", "") when it does not mount the KV mount
-    point too. Unreadable is not "no duplicate"."""
+def _fstab_duplicate(c: Context) -> tuple[str, str] | None:
+    """A warning about /etc/fstab and its fix; None when it does not mount the KV mount point
+    too. Unreadable is not "no duplicate"."""
     name = bf.live_file("/etc/fstab")
     try:
         text = c.b.text(name)
     except FileProblem as e:
         if e.missing and name not in c.b.collector_notes():
-            return "", ""  # the host has no /etc/fstab
+            return None  # the host has no /etc/fstab
         return f"/etc/fstab could not be checked for a second mount of {c.d.mount_point}: {e.reason}", e.fix
     for line in text.splitlines():
         fields = line.split()
@@ -272,7 +272,7 @@ def _fstab_duplicate(c: Context) -> tuple[str, str]:
                 posixpath.normpath(mount_state.unescape(fields[1])) == posixpath.normpath(c.d.mount_point):
             return (f"/etc/fstab also mounts {show(fields[0])} on {c.d.mount_point}",
                     f"remove that line from /etc/fstab: kvprov manages the mount as {c.d.mount_unit}")
-    return "", ""
+    return None
 
 
 @check("mount.local_dir")
