@@ -1,12 +1,11 @@
 """The capacity figures (storage_dirs.json's usage): what engine.<instance>.storage_dir
-says of them, when the volume is nearly full or could not be measured, and audit's gauges."""
+says of them, when the volume is nearly full or could not be measured (audit's gauges:
+test_audit_gauges.py)."""
 
 import json
 
 import pytest
 
-from kvprov import audit
-from kvprov.audit import Gauge
 from kvprov.validate import bundle as bf
 from kvprov.validate.bundle import Bundle, FileProblem
 from kvprov.validate.checks import engine
@@ -76,24 +75,6 @@ def test_what_could_not_be_measured_is_named():
     with pytest.raises(FileProblem) as e:
         engine.capacity(Context(b, d), d.instances[0])
     assert e.value.reason == "mount_point.usage is not an object"
-
-
-def test_audit_exports_only_the_measured_figures_as_gauges():
-    b, d = bundle(VOL, {**DIR, "complete": False})
-    vol = (("host", "kvlab-c1"), ("mount_point", "/srv/kvcache"))
-    inst = (("host", "kvlab-c1"), ("instance", "main"), ("path", "/srv/kvcache/kvlab-c1/main"))
-    assert audit.capacity_gauges(b, d) == [
-        Gauge("kvprov_storage_volume_size_bytes", vol, 1000 * GIB),
-        Gauge("kvprov_storage_volume_used_bytes", vol, 960 * GIB),
-        Gauge("kvprov_storage_volume_inodes", vol, 1000), Gauge("kvprov_storage_volume_inodes_used", vol, 10),
-        Gauge("kvprov_engine_storage_dir_bytes", inst, 5 * 2 ** 20), Gauge("kvprov_engine_storage_dir_files", inst, 3),
-        Gauge("kvprov_engine_storage_dir_complete", inst, 0)]
-    b, d = bundle({"size_bytes": -1, "used_bytes": True, "inodes": 5}, {"bytes": 1, "complete": "yes"})
-    assert audit.capacity_gauges(b, d) == [Gauge("kvprov_storage_volume_inodes", vol, 5),
-                                           Gauge("kvprov_engine_storage_dir_bytes", inst, 1)]
-    b, d = bundle("garbage", None)
-    assert audit.capacity_gauges(b, d) == []
-    assert audit.capacity_gauges(*bundle()) == []
 
 
 def test_a_directory_walk_without_its_complete_flag_counts_as_complete_and_an_error_is_named():

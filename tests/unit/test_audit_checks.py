@@ -1,0 +1,97 @@
+"""Each of audit's checks on a captured bundle: its category, what it expects, what it found
+and how to fix it, on a clean host and on each kind of drift it names."""
+
+import json
+import re
+
+from kvprov.validate import bundle as bf
+from kvprov.validate.result import FAIL, PASS, SKIP
+from tests.unit.test_audit import files_of, run
+
+DEPLOY = "kvprov deploy INVENTORY --limit kvlab-gpu1 --tags "
+ENGINE_UNIT = "kvprov-sglang-main.service"  # enabled; not required to run on a host without a GPU
+
+
+def unit_props(files: dict, unit: str, **props: str | None) -> None:
+    """Sets (or, with None, removes) properties in a unit's `systemctl show` capture."""
+    name = bf.systemctl_file(unit)
+    for key, value in props.items():
+        files[name], n = re.subn(rf"^{key}=.*\n", "" if value is None else f"{key}={value}\n", files[name],
+                                 flags=re.M)
+        assert n == 1, key
+
+
+def test_each_check_is_reported_under_its_category():
+    results = run(files_of("lab_gpu1"))
+    assert {i.split(":")[0]: r.category for i, r in results.items()} == {
+        "mount.present": "mount", "mount.source": "mount", "mount.options": "mount", "mount.transport": "mount",
+        "mount.unit": "mount", "file": "file", "extra": "file", "unit": "unit", "package": "package",
+        "venv": "venv", "storage_dir": "engine"}
+
+
+def test_what_a_clean_host_shows_for_each_kind_of_check():
+    results = run(files_of("lab_gpu1"))
+    shown = {i: (r.status, r.expected, r.found) for i, r in results.items()}
+    assert shown["mount.source"] == (PASS, "10.99.1.1:/kv", "10.99.1.1:/kv")
+    assert shown["file:/etc/idmapd.conf"] == (PASS, "the content `kvprov render` gives (kvcache_mount role)",
+                                              "identical")
+    assert shown["file:/etc/cufile.json"] == (SKIP, "", "no NVIDIA GPU: the gds role writes this file only on "
+                                                        "GPU hosts")
+    assert shown["unit:mnt-kvcache.mount"] == (PASS, "enabled, active", "UnitFileState=enabled ActiveState=active")
+    assert shown["package:rdma-core"] == (PASS, "installed", "rdma-core 44.0-2")
+
+
+def test_a_mount_of_another_source_or_none_at_all_is_drift():
+    files = files_of("lab_gpu1")
+    files[bf.MOUNTINFO] = files[bf.MOUNTINFO].replace("10.99.1.1:/kv", "10.99.1.9:/kv")
+    results = run(files)
+    assert {i for i, r in results.items() if r.status == FAIL} == {"mount.source", "mount.unit"}
+    assert results["mount.source"].found == "10.99.1.9:/kv is mounted instead"
+    files[bf.MOUNTINFO] = "".join(line for line in files[bf.MOUNTINFO].splitlines(keepends=True)
+                                  if " /mnt/kvcache " not in line)
+    results = run(files)
+    assert {i for i, r in results.items() if r.status == FAIL} == {"mount.present"}
+    assert results["mount.present"].found == "nothing is mounted on /mnt/kvcache"
+
+
+def test_an_engine_skipped_by_its_condition_is_said_so_only_when_it_may_be_stopped():
+    files = files_of("lab_gpu1")
+    r = run(files)[f"unit:{ENGINE_UNIT}"]
+    assert (r.status, r.expected, r.found) == (
+        PASS, "enabled", "UnitFileState=enabled ActiveState=inactive (skipped by its condition: no GPU)")
+    unit_props(files, ENGINE_UNIT, ConditionResult="yes")  # stopped by hand: no condition to name
+    assert run(files)[f"unit:{ENGINE_UNIT}"].found == "UnitFileState=enabled ActiveState=inactive"
+    unit_props(files, "kvprov-soft-roce.service", ConditionResult="no")  # must run: a condition is no excuse
+    r = run(files)["unit:kvprov-soft-roce.service"]
+    assert (r.status, r.found) == (PASS, "UnitFileState=enabled ActiveState=active")
+
+
+def test_a_unit_capture_without_its_states_is_drift_that_says_what_is_unknown():
+    files = files_of("lab_gpu1")
+    unit_props(files, "kvprov-soft-roce.service", UnitFileState=None, ActiveState=None, SubState=None)
+    r = run(files)["unit:kvprov-soft-roce.service"]
+    assert (r.status, r.found, r.fix) == (FAIL, "UnitFileState=?; ActiveState=? SubState=?", DEPLOY + "configure")
+    unit_props(files, ENGINE_UNIT, LoadState=None)
+    r = run(files)[f"unit:{ENGINE_UNIT}"]
+    assert (r.status, r.found) == (FAIL, "LoadState=?: systemd cannot use the unit file "
+                                         f"(`systemd-analyze verify {ENGINE_UNIT}`)")
+
+
+def test_a_pinned_distribution_is_found_under_its_normalized_name():
+    """pip lists flash_attn as flash-attn (PEP 503 normalization)."""
+    files = files_of("lab_gpu1")
+    desired = json.loads(files["desired.json"])
+    desired["venvs"]["/opt/kvprov/nixl"]["Flash_Attn"] = "2.8.3"
+    venvs = json.loads(files["venvs.json"])
+    venvs["/opt/kvprov/nixl"]["flash-attn"] = "2.8.3"
+    files["desired.json"], files["venvs.json"] = json.dumps(desired), json.dumps(venvs)
+    r = run(files)["venv:/opt/kvprov/nixl:Flash_Attn"]
+    assert (r.status, r.expected, r.found) == (PASS, "Flash_Attn==2.8.3", "Flash_Attn 2.8.3")
+
+
+def test_a_missing_package_is_drift_that_names_the_install_tag():
+    files = files_of("lab_gpu1")
+    files[bf.PACKAGES] = "".join(line for line in files[bf.PACKAGES].splitlines(keepends=True)
+                                 if not line.startswith("rdma-core\t"))
+    r = run(files)["package:rdma-core"]
+    assert (r.status, r.expected, r.found, r.fix) == (FAIL, "installed", "not installed", DEPLOY + "install")
