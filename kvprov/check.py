@@ -1254,7 +1254,7 @@ def _overlapping(dirs: list[StorageDir], key: Callable[[StorageDir], str]):
     for i, a in enumerate(items):
         for b in items[i + 1:]:
             pa, pb = key(a), key(b)
-            if pb != pa and not pb.startswith(pa.rstrip("/") + "/"):
+            if pb != pa and not pb.startswith(pa + "/"):  # pa is never /: a storage dir lies below its mount
                 break
             yield a, b
 
@@ -1286,10 +1286,12 @@ def hash_seeds(hosts: list[HostView]) -> list[Problem]:
     first: dict[tuple, tuple[str, Any]] = {}
     out = []
     for h in hosts:
-        if h.get("kvprov_engine") not in HASHED_ENGINES or h.get("kvprov_storage_profile") not in NFS_PROFILES:
+        server, export, seed = (h.get(n) for n in ("kvprov_storage_server", "kvprov_storage_export",
+                                                   "kvprov_engine_hash_seed"))
+        if (h.get("kvprov_engine") not in HASHED_ENGINES or h.get("kvprov_storage_profile") not in NFS_PROFILES
+                or None in (server, export, seed)):  # a template (only Ansible knows it) or a wrong type
             continue
-        volume = (str(h.get("kvprov_storage_server") or "").lower(), posixpath.normpath(h.get("kvprov_storage_export") or "/"))
-        seed = h.get("kvprov_engine_hash_seed")
+        volume = (server.lower(), posixpath.normpath(export))
         other = first.setdefault(volume, (h.host.name, seed))
         if seed != other[1]:
             out.append(h.problem("kvprov_engine_hash_seed",
