@@ -48,6 +48,10 @@ def test_hash_seeds_must_agree_per_volume_for_the_engines_that_hash_prefixes():
     assert found(fleet({"a": NFS, "b": {**NFS, "kvprov_engine_hash_seed": 7}})) == []
     local = {**inproc, "kvprov_storage_profile": "local", "kvprov_storage_pnfs_layout": "none"}
     assert found(fleet({"a": local, "b": {**local, "kvprov_engine_hash_seed": 7}})) == []
+    # a server, an export or a seed only Ansible knows (a template) is not compared
+    for unknown in ({"kvprov_storage_server": "{{ lif }}"}, {"kvprov_storage_export": "{{ junction }}"}):
+        assert found(fleet({"a": {**inproc, **unknown}, "b": {**inproc, "kvprov_engine_hash_seed": 7, **unknown}})) == []
+    assert found(fleet({"a": inproc, "b": {**inproc, "kvprov_engine_hash_seed": "{{ seed }}"}})) == []
     # a host left out does not end the comparison of the others
     assert len(found(fleet({"s": NFS, "a": inproc, "b": {**inproc, "kvprov_engine_hash_seed": 7}}))) == 1
 
@@ -111,8 +115,9 @@ def test_nested_storage_dirs_on_one_volume_clash_and_siblings_do_not():
 
     assert dirs("/mnt/kvcache/a", "/mnt/kvcache/a/b", "/mnt/kvcache/ab") == [
         "/mnt/kvcache/a/b lies inside host h0 instance m's storage dir /mnt/kvcache/a"]
-    assert dirs("/mnt/kvcache/x/y", "/mnt/kvcache/x-y", "/mnt/kvcache/x/y/z") == [
-        "/mnt/kvcache/x/y/z lies inside host h0 instance m's storage dir /mnt/kvcache/x/y"]
+    # compared by path components: x-y sorts between x and x/y as a string, not as a path
+    assert dirs("/mnt/kvcache/x", "/mnt/kvcache/x-y", "/mnt/kvcache/x/y") == [
+        "/mnt/kvcache/x/y lies inside host h0 instance m's storage dir /mnt/kvcache/x"]
 
 
 # ---------------------------------------------------------------------------- storage systems
@@ -165,11 +170,11 @@ def problem(file: str | None, line: int | None, host: str | None, message: str =
 
 def test_problems_come_sorted_by_file_line_host_and_message():
     inv = fleet({"g": NFS})
-    inv.issues = [problem("b.yml", 2, "B"), problem("b.yml", 2, None), problem("b.yml", None, "h"),
-                  problem("b.yml", 1, "h"), problem(None, None, "h"), problem("a.yml", 9, "h", "z"),
-                  problem("a.yml", 9, "h", "a")]
+    inv.issues = [problem("b.yml", 2, "B"), problem("b.yml", 2, None), problem("b.yml", 1, "h"),
+                  problem("b.yml", None, "h"), problem("/a.yml", 9, "h", "z"), problem(None, None, "h"),
+                  problem("/a.yml", 9, "h", "a")]
     assert [(p.file, p.line, p.host, p.message) for p in check.check(inv, SPECS)] == [
-        (None, None, "h", "m"), ("a.yml", 9, "h", "a"), ("a.yml", 9, "h", "z"), ("b.yml", None, "h", "m"),
+        (None, None, "h", "m"), ("/a.yml", 9, "h", "a"), ("/a.yml", 9, "h", "z"), ("b.yml", None, "h", "m"),
         ("b.yml", 1, "h", "m"), ("b.yml", 2, None, "m"), ("b.yml", 2, "B", "m")]
 
 
