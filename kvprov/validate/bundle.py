@@ -81,8 +81,8 @@ def limit_for(name: str) -> int:
 
 def live_file(path: str) -> str:
     """The bundle name of the live copy of a host file: files/<absolute path>."""
-    norm = posixpath.normpath(path) if path else ""
-    if not norm.startswith("/") or norm.startswith("//") or ".." in norm.split("/"):
+    norm = posixpath.normpath(path)  # an absolute path keeps no ".." ("" becomes ".")
+    if not norm.startswith("/") or norm.startswith("//"):
         raise FileProblem(f"{FILES_DIR}/{path}", f"{path!r} is not an absolute path, so it has no place in "
                           "the bundle", "give absolute paths in the inventory (and desired.json)")
     return FILES_DIR + norm
@@ -179,7 +179,7 @@ class Bundle:
                 st = os.lstat(path)
             except FileNotFoundError:
                 raise self._missing(name) from None
-            except NotADirectoryError:
+            except NotADirectoryError:  # a component above it is a file (or a fifo, socket or device)
                 raise FileProblem(name, f"{'/'.join(parts[:i])} is not a directory") from None
             except OSError as e:
                 raise FileProblem(name, f"cannot read: {e.strerror or e}") from None
@@ -190,8 +190,6 @@ class Bundle:
                     target = "?"
                 raise FileProblem(name, f"{where} is a symlink (to {target!r}); kvprov never follows links "
                                         "in a bundle: they could point at this machine's own files")
-            if i < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
-                raise FileProblem(name, f"{where} is not a directory")
         if stat.S_ISDIR(st.st_mode):
             raise FileProblem(name, "is a directory, not a file")
         if not stat.S_ISREG(st.st_mode):
@@ -406,11 +404,13 @@ class Desired:
 def _from_format_2(data: dict) -> dict:
     """A format-2 desired.json (kvprov before there was more than one engine: SGLang only)."""
     old = data["sglang"]
-    instances = [{**i, "units": [i.get("unit")], "lmcache_port": None, "metrics_port": None} if isinstance(i, dict)
-                 else i for i in old.get("instances") or []] if isinstance(old.get("instances"), list) else old.get("instances")
+    instances = old.get("instances")
+    if isinstance(instances, list):
+        instances = [{**i, "units": [i.get("unit")], "lmcache_port": None, "metrics_port": None}
+                     if isinstance(i, dict) else i for i in instances]
     engine = {"name": "sglang_hicache", "user": old.get("user"), "install": old.get("install"),
               "venv": "/opt/kvprov/sglang", "connect_host": "127.0.0.1", "instances": instances}
-    return {**{k: v for k, v in data.items() if k != "sglang"}, "format": FORMAT, "engine": engine}
+    return {**data, "engine": engine}  # from_dict reads neither "sglang" nor "format" of it
 
 
 class DesiredError(KvprovError):
