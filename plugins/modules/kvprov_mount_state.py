@@ -33,11 +33,12 @@ USERSPACE_OPTIONS = ("_netdev", "auto", "noauto", "nofail", "defaults", "user", 
                      "bg", "fg", "retry", "sloppy", "comment")
 # Flags of which the kernel always shows exactly one (when none shows, the first is the default).
 FLAG_CHOICES = (("hard", "soft", "softerr"), ("rw", "ro"), ("relatime", "noatime"))
-# Flags the kernel shows while set, with the opposite spelling that asks for its default (never shown).
+# Flags the kernel shows while set, with the opposite spelling that asks for its default (never
+# shown; dirsync has none).
 SHOWN_FLAGS = {"nocto": "cto", "noac": "ac", "nolock": "lock", "noacl": "acl", "nordirplus": "rdirplus",
                "nosharecache": "sharecache", "noresvport": "resvport", "trunkdiscovery": "notrunkdiscovery",
                "fsc": "nofsc", "migration": "nomigration", "softreval": "nosoftreval", "posix": "noposix",
-               "sync": "async", "dirsync": "", "lazytime": "nolazytime", "nosuid": "suid", "nodev": "dev",
+               "sync": "async", "dirsync": None, "lazytime": "nolazytime", "nosuid": "suid", "nodev": "dev",
                "noexec": "exec", "nodiratime": "diratime"}
 DEFAULT_FLAGS = {default: flag for flag, default in SHOWN_FLAGS.items() if default}
 # key=value options the kernel shows, with the value it leaves out of mountinfo (its default), if any.
@@ -194,7 +195,7 @@ def unasked(live: dict, desired: list) -> list:
     asked = set(ALWAYS_SHOWN)
     for option in split_desired(desired):
         asked.update(expectations(option) or {})
-        asked.add(KEY_ALIASES.get(option.partition("=")[0], option.partition("=")[0]))
+        asked.add(option.partition("=")[0])  # one kvprov cannot compare is warned about once (uncompared)
     return [key if value is True else f"{key}={value}" for key, value in live["options"].items()
             if key not in asked]
 
@@ -209,7 +210,7 @@ def warnings(live: dict, desired: list) -> list:
 def open_users(path: str, proc: str = "/proc") -> list:
     """Processes with a cwd, root, executable or open file under `path`:
     [{"pid", "comm", "unit"}] (unit: the systemd service whose cgroup holds it, or "")."""
-    prefix = path.rstrip("/") + "/"
+    prefix = os.path.join(path, "")  # "/mnt/kvcache/" ("/" for "/")
     users = []
     for pid in os.listdir(proc):
         if not pid.isdigit():
@@ -242,7 +243,7 @@ def _read(path: str) -> str:
 def service_of(cgroup: str) -> str:
     """The service a process runs in, from /proc/PID/cgroup (`0::/system.slice/x.service`)."""
     for line in cgroup.splitlines():
-        for part in reversed(line.rpartition(":")[2].split("/")):
+        for part in reversed(line.split("/")):  # (a unit's name may hold ":", a hierarchy's never ".service")
             if part.endswith(".service"):
                 return part
     return ""

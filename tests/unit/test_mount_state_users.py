@@ -85,3 +85,10 @@ def test_unescape_reads_only_three_octal_digits():
 def test_the_service_is_the_innermost_service_of_the_cgroup_path():
     assert ms.service_of("0::/system.slice/a.service/sub.service\n") == "sub.service"
     assert ms.service_of("1:name=systemd:/system.slice/b.service\n") == "b.service"
+
+
+def test_the_service_is_the_last_one_on_the_cgroup_path_whatever_its_name_holds():
+    """A unit's name may hold ":" (systemd allows it); the hierarchy's fields never end in .service."""
+    assert ms.service_of("0::/system.slice/kvprov-engine@gpu:0-3.service\n") == "kvprov-engine@gpu:0-3.service"
+    assert ms.service_of("1:name=systemd:/system.slice/a.service/b.service/sub\n") == "b.service"
+    assert ms.service_of("0::/\n") == ""
