@@ -160,7 +160,7 @@ def audit(b: Bundle, d: Desired) -> list[Result]:
     return results
 
 
-@dataclass(frozen=True)
+@dataclass
 class Gauge:
     """One capacity figure of a host for the Prometheus textfile."""
 
