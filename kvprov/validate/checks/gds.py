@@ -68,7 +68,7 @@ def gds_peerdirect(c: Context) -> Result:
         return skip
     expected = "gdscheck -p: Mellanox PeerDirect : Enabled"
     g = c.parsed(bf.GDSCHECK, parsers.parse_gdscheck)
-    if (g.peerdirect or "").lower() == "enabled":
+    if str(g.peerdirect).lower() == "enabled":
         return res(PASS, expected, "Mellanox PeerDirect : Enabled")
     return res(FAIL, expected, f"Mellanox PeerDirect : {show(g.peerdirect or 'not shown')}",
               "load GPU peer memory for the RDMA NIC (`modprobe nvidia-peermem`; MOFED/DOCA provide it): without "
