@@ -707,7 +707,8 @@ def mount_option_words(value: list) -> list[Finding]:
     out = extra_options(value)
     out += [Finding(f'item {i + 1}: "{v}" may hold only letters, digits and _ . , = : / + - (it is written into '
                     "the mount unit's Options=)", (i,))
-            for i, v in enumerate(value) if isinstance(v, str) and not re.fullmatch(r"[A-Za-z0-9_.,=:/+-]+", v)]
+            for i, v in enumerate(value)
+            if isinstance(v, str) and not is_template(v) and not re.fullmatch(r"[A-Za-z0-9_.,=:/+-]+", v)]
     return out
 
 
