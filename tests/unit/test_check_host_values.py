@@ -262,6 +262,7 @@ def test_the_nixl_store_pool_holds_exactly_the_l2_size():
         "error kvprov_lmcache_mp_nixl_pool_size: pool_size 999 x file_size 1000000 = 0.999 GB is less than "
         'kvprov_lmcache_mp_l2_size_gb 1: stores fail with "Insufficient NIXL storage capacity" once it is full; '
         "set pool_size to at least 1000"]
+    assert "= 1.38 GB is less than kvprov_lmcache_mp_l2_size_gb 2: " in pool(1375, 2)[0]  # 1.375 rounds to even
 
 
 def test_a_gpu_block_of_0_is_the_range_rules_to_report():
@@ -309,3 +310,38 @@ def test_the_acceptance_tests_kv_file_size_must_suit_o_direct():
     assert bench(kvprov_sglang_page_size=0) == ["error kvprov_sglang_page_size: 0 is out of range: must be >= 1"]
     assert bench("no_such") == ["error kvprov_sglang_hicache_mem_layout: must be one of layer_first, page_first, "
                                 'page_first_direct, page_first_kv_split, page_head; got the string "no_such"']
+
+
+# ---------------------------------------------------------------------------- NFS mount options
+
+def test_proto_belongs_to_the_profile():
+    tcp = {"kvprov_storage_profile": "nfs_tcp", "kvprov_storage_pnfs_layout": "none"}
+    assert problems(**tcp, kvprov_storage_extra_options=["proto=tcp6"]) == [
+        'error kvprov_storage_extra_options: "proto=tcp6" (IPv6) cannot be given here: the kvcache_mount role sets '
+        "proto=tcp itself and rejects proto= in the extra options"]
+    assert problems(**tcp, kvprov_storage_extra_options=["proto=rdma"]) == [
+        'error kvprov_storage_extra_options: "proto=rdma" contradicts profile nfs_tcp (proto=tcp): remove it, or set '
+        "kvprov_storage_profile: netapp_pnfs_rdma"]
+
+
+def test_extra_options_only_ansible_can_read_are_left_alone():
+    assert problems(kvprov_storage_extra_options=["hard", "{{ more }}"]) == []
+    assert problems(kvprov_storage_extra_options=["hard", 5]) == [
+        "error kvprov_storage_extra_options: item 2: expected a string, got the number 5"]
+
+
+def test_nconnect_and_trunking_are_compared_only_when_both_are_known():
+    assert problems(kvprov_storage_nconnect=4, kvprov_storage_trunking="{{ trunking }}",
+                    kvprov_storage_extra_options=["max_connect=2", "nconnect=2"]) == []
+
+
+def test_one_nconnect_already_turns_auto_trunking_off():
+    assert problems(kvprov_storage_nconnect=1, kvprov_storage_extra_options=["max_connect=2"]) == [
+        'error kvprov_storage_nconnect: nconnect 1 together with session trunking ("max_connect" in '
+        "kvprov_storage_extra_options): use one or the other (NetApp: with both, only the metadata server "
+        "benefits); set kvprov_storage_trunking: none to keep nconnect, or kvprov_storage_nconnect: 0"]
+
+
+def test_an_instance_storage_dir_must_be_a_string():
+    assert problems(kvprov_engine_instances=[{"name": "a", "port": 8000, "storage_dir": 5}]) == [
+        "error kvprov_engine_instances: instance a: storage_dir expected a string, got the number 5"]
