@@ -45,7 +45,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = ["kvprov/mountstats.py", "kvprov/validate", "kvprov/audit.py", "kvprov/check.py",
-           "kvprov/inventory.py", "roles/kvcache_mount/library/kvprov_mount_state.py"]
+           "kvprov/inventory.py", "plugins/modules/kvprov_mount_state.py"]
 EQUIVALENT = ROOT / "benchmarks/mutation-equivalent.txt"
 RESULTS = ROOT / "benchmarks/results"
 # The unit test files that may run against each module's mutants (fnmatch patterns under
@@ -60,9 +60,9 @@ TESTS_FOR = {
                         "test_secrets.py", "test_engine_configs.py"],
     "kvprov/inventory.py": ["test_inventory*.py", "test_check*.py", "test_preflight.py", "test_storage_check_rules.py",
                             "test_secrets.py", "test_engine_configs.py"],
-    "roles/kvcache_mount/library/kvprov_mount_state.py": ["test_mount_state*.py", "test_validate_*.py",
-                                                          "test_audit*.py", "test_testinfra_checks.py",
-                                                          "test_parsers*.py", "test_checks_*.py"],
+    "plugins/modules/kvprov_mount_state.py": ["test_mount_state*.py", "test_validate_*.py",
+                                              "test_audit*.py", "test_testinfra_checks.py",
+                                              "test_parsers*.py", "test_checks_*.py"],
 }
 # Functions that only run against live hosts (Ansible, systemctl, a real /proc/self/mountinfo):
 # the lab tests exercise them, the unit suite cannot, so they are not mutated (listed in the
@@ -71,7 +71,7 @@ LIVE = {
     "kvprov/audit.py": {"gather": "captures every host through Ansible", "cmd_audit": "the CLI on live hosts"},
     "kvprov/validate/collect.py": {"collect": "captures every host through Ansible",
                                    "cmd_collect": "the CLI on live hosts"},
-    "roles/kvcache_mount/library/kvprov_mount_state.py": {
+    "plugins/modules/kvprov_mount_state.py": {
         "main": "the Ansible module's entry: AnsibleModule on the host, its real mountinfo"},
 }
 SLOW = 3.0  # seconds (traced): a test this slow runs ansible or an engine; it is left out of the mutant runs

@@ -56,7 +56,7 @@ def inventory_lock(inventory: str | list[str], command: str):
 
 
 def host_lock_vars(inventory: str | list[str], command: str) -> dict:
-    """Extra vars for site.yml's host-side lock (playbooks/library/kvprov_host_lock.py): the
+    """Extra vars for site.yml's host-side lock (plugins/modules/kvprov_host_lock.py): the
     owner is this controller and inventory, so a rerun takes over what an interrupted run of
     the same inventory left, and a run from anywhere else is refused by name."""
     return {"kvprov_lock_owner": f"{socket.gethostname()}:{','.join(_real(inventory))}",

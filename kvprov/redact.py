@@ -14,7 +14,7 @@ A reference such as `${KVPROV_ENGINE_API_KEY}` is not a secret and is kept. A *s
 all: every line of it is `<redacted>`. Differences stay visible: a diff of redacted lines
 still says how many lines differ.
 
-The collector (playbooks/library/kvprov_collect.py, stdlib only on the target) carries a
+The collector (plugins/modules/kvprov_collect.py, stdlib only on the target) carries a
 copy of SECRET_NAME for /etc/fstab; a unit test keeps the two equal.
 """
 

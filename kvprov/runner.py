@@ -51,6 +51,18 @@ class RunResult:
         return sorted(h for h, s in self.hosts.items() if s.failed)
 
 
+# ansible_collections/kvprov/kvprov here links to the repository root: the playbooks' FQCN
+# names (kvprov.kvprov.<role>, .<module>) resolve to this checkout's collection, ahead of
+# any copy installed elsewhere (ansible.cfg says the same for a plain ansible-playbook).
+COLLECTIONS = paths.ROOT / ".collections"
+
+
+def collections_path() -> str:
+    """This checkout's collection first, then the user's own (their inventory plugins)."""
+    rest = os.environ.get("ANSIBLE_COLLECTIONS_PATH", "~/.ansible/collections:/usr/share/ansible/collections")
+    return os.pathsep.join([str(COLLECTIONS), rest])
+
+
 def runs_dir() -> Path:
     return Path(os.environ.get("KVPROV_RUNS_DIR", paths.state_dir() / "runs"))
 
@@ -135,8 +147,8 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
         limit=limit,
         tags=tags,
         cmdline=cmdline or None,
-        envvars={"ANSIBLE_CONFIG": str(paths.ansible_cfg()), "ANSIBLE_FORCE_COLOR": "0",
-                 "ANSIBLE_NOCOLOR": "1"},
+        envvars={"ANSIBLE_CONFIG": str(paths.ansible_cfg()), "ANSIBLE_COLLECTIONS_PATH": collections_path(),
+                 "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"},
         event_handler=printer,
         quiet=True,
     )

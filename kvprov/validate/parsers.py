@@ -27,7 +27,7 @@ class ParseError(ValueError):
 # ---------------------------------------------------------------------------- mounts
 
 def _load_mount_state() -> ModuleType:
-    path = paths.roles_dir() / "kvcache_mount" / "library" / "kvprov_mount_state.py"
+    path = paths.ROOT / "plugins" / "modules" / "kvprov_mount_state.py"
     spec = importlib.util.spec_from_file_location("kvprov_mount_state", path)
     assert spec and spec.loader, path
     module = importlib.util.module_from_spec(spec)

@@ -8,10 +8,11 @@ Why this shape:
   type, control characters, VALUE_RULES), the host rules and the host's own storage
   directory rules -- so no rule is written twice. A module would run on the target, which
   has only python3 and not kvprov.
-- in a role of its own (roles/preflight), listed in every kvprov role's meta/main.yml
-  `dependencies`: Ansible adds a role's action_plugins/ when it loads the role, so a role
-  used alone, from another playbook, still gets the check, and a dependency runs once per
-  host and play however many roles list it.
+- called by the role kvprov.kvprov.preflight, listed in every kvprov role's meta/main.yml
+  `dependencies`, so a role used alone, from another playbook, still gets the check, and a
+  dependency runs once per host and play however many roles list it. The plugin lives in
+  the collection's plugins/action: Ansible loads no plugins embedded in a role that a
+  collection holds (ansible/playbook/role/__init__.py adds them for standalone roles only).
 
 Not checked here: the rules that need the whole inventory -- storage directories or hash
 seeds shared between hosts -- and its files -- misspelt variable names, YAML structure.
@@ -32,7 +33,7 @@ from pathlib import Path
 from ansible.plugins.action import ActionBase
 
 HERE = Path(__file__).resolve()
-ROLES = HERE.parents[2]  # roles/preflight/action_plugins/kvprov_preflight.py -> roles/
+ROLES = HERE.parents[2] / "roles"  # plugins/action/kvprov_preflight.py -> the collection's roles/
 try:
     from kvprov import check, inventory
 except ImportError:  # not installed: the repository this role ships in

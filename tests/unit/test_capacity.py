@@ -21,7 +21,7 @@ from kvprov.validate import evaluate as ev
 from kvprov.validate.result import PASS, WARN
 from tests.conftest import FIXTURES, ROOT, kvprov
 
-_spec = importlib.util.spec_from_file_location("kvprov_collect", ROOT / "playbooks/library/kvprov_collect.py")
+_spec = importlib.util.spec_from_file_location("kvprov_collect", ROOT / "plugins/modules/kvprov_collect.py")
 col = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(col)
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-spec = importlib.util.spec_from_file_location("kvprov_collect", ROOT / "playbooks/library/kvprov_collect.py")
+spec = importlib.util.spec_from_file_location("kvprov_collect", ROOT / "plugins/modules/kvprov_collect.py")
 collector = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(collector)
 

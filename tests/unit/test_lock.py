@@ -51,7 +51,7 @@ def test_other_inventories_are_not_locked(tmp_path, monkeypatch):
 def _host_lock_module():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("kvprov_host_lock", ROOT / "playbooks/library/kvprov_host_lock.py")
+    spec = importlib.util.spec_from_file_location("kvprov_host_lock", ROOT / "plugins/modules/kvprov_host_lock.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -6,7 +6,7 @@ import os
 from tests.conftest import ROOT
 
 spec = importlib.util.spec_from_file_location(
-    "kvprov_mount_state", ROOT / "roles/kvcache_mount/library/kvprov_mount_state.py")
+    "kvprov_mount_state", ROOT / "plugins/modules/kvprov_mount_state.py")
 ms = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ms)
 

@@ -37,7 +37,7 @@ def test_secret_files_and_diffs():
 
 
 def test_the_collector_carries_the_same_rule():
-    spec = importlib.util.spec_from_file_location("kvprov_collect", ROOT / "playbooks/library/kvprov_collect.py")
+    spec = importlib.util.spec_from_file_location("kvprov_collect", ROOT / "plugins/modules/kvprov_collect.py")
     collector = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(collector)
     assert collector.SECRET_NAME == redact.SECRET_NAME

@@ -42,7 +42,7 @@ def test_every_role_runs_the_preflight_first(role):
     """kvprov check's rules on the host (roles/preflight) before the role's own tasks, also for
     a role used alone; Ansible runs the dependency once per host and play."""
     meta = yaml.safe_load((role / "meta/main.yml").read_text())
-    assert meta["dependencies"][0] == "preflight"
+    assert meta["dependencies"][0] == "kvprov.kvprov.preflight"
 
 
 def _asserts(node):

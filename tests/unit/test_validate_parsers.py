@@ -268,7 +268,7 @@ def test_packages_dpkg_and_rpm_shapes():
 # ---------------------------------------------------------------------------- mounts
 
 def test_mountinfo_parsing_is_the_roles_own_module():
-    assert parsers.mount_state.__file__ == str(paths.roles_dir() / "kvcache_mount/library/kvprov_mount_state.py")
+    assert parsers.mount_state.__file__ == str(paths.ROOT / "plugins/modules/kvprov_mount_state.py")
     text = (BUNDLES / "lab_gpu1" / "proc/mountinfo").read_text()
     live = parsers.parse_mountinfo(text, "/mnt/kvcache")
     assert live["source"] == "10.99.1.1:/kv" and live["fstype"] == "nfs4"

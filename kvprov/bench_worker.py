@@ -1,0 +1,1 @@
+../roles/kvcache_bench/files/bench_worker.py
