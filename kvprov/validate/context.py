@@ -119,18 +119,16 @@ class Context:
 
     def live(self) -> dict | None:
         """The live mount on the mount point (mountinfo), or None."""
-        mp = self.d.mount_point.rstrip("/") or "/"
-
         def parse():
             try:
-                return parsers.parse_mountinfo(self.mountinfo_text(), mp)
+                return parsers.parse_mountinfo(self.mountinfo_text(), posixpath.normpath(self.d.mount_point))
             except ParseError as e:
                 raise FileProblem(bf.MOUNTINFO, f"unusable: {e}") from None
         return self.memo("live", parse)
 
     def stats(self) -> mountstats.MountStats:
         mounts = self.parsed(bf.MOUNTSTATS, parsers.parse_mountstats)
-        found = mountstats.find(mounts, self.d.mount_point.rstrip("/") or "/")
+        found = mountstats.find(mounts, posixpath.normpath(self.d.mount_point))
         if found is None:
             raise FileProblem(bf.MOUNTSTATS, f"has no entry for {self.d.mount_point} although mountinfo shows "
                                              "it mounted: captured at another time, or truncated")

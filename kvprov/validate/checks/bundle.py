@@ -38,7 +38,7 @@ def bundle_collect(c: Context) -> Result:
 
 def _flat(value, prefix: str = "") -> dict:
     """{dotted key: leaf} of desired.json's content; a file's content is one leaf."""
-    if isinstance(value, dict) and value and not prefix.endswith(".content"):
+    if isinstance(value, dict) and value:
         out = {}
         for k, v in value.items():
             out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
