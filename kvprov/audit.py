@@ -62,7 +62,7 @@ def file_check(c: Context, path: str, want: str, role: str) -> Result:
         return res(PASS, expected, "identical")
     diff = list(difflib.unified_diff(want.splitlines(keepends=True), live.splitlines(keepends=True),
                                      f"{path} (desired)", f"{path} (live)", n=1))
-    changed = sum(1 for line in diff[2:] if line[:1] in "+-")
+    changed = sum(1 for line in diff[2:] if line.startswith(("+", "-")))
     diff, redacted = redact.redact_diff(diff, path)  # secrets never reach a terminal, JSON or JUnit
     result = res(FAIL, expected, f"{changed} line(s) differ" + (" (secret values redacted)" if redacted else ""),
                  c.deploy(role))

@@ -31,7 +31,7 @@ class MountStats:
     def pnfs(self) -> str:
         """The negotiated pNFS layout (e.g. LAYOUT_BLOCK_VOLUME), or "" if none."""
         value = self.nfsv4.get("pnfs", "")
-        return "" if value in ("", "not configured") else value
+        return "" if value == "not configured" else value
 
     def op_count(self, op: str) -> int:
         return self.ops.get(op, [0])[0]
