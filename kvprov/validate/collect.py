@@ -54,7 +54,8 @@ def write_bundle(root: Path, files: dict) -> list[str]:
     return written
 
 
-def collect(sources: str | list[str], out: Path, limit: str | None = None, stream=None, *, timeout: int) -> runner.RunResult:
+def collect(sources: str | list[str], out: Path, limit: str | None = None, stream=None, *,
+            timeout: int) -> runner.RunResult:
     check.require_valid(sources)
     result = runner.run("collect.yml", sources, name="collect",
                         extravars={"kvprov_version": __version__, "kvprov_collect_timeout": timeout},

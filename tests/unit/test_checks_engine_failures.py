@@ -88,7 +88,8 @@ def test_json_flag_value_or_why_not():
 
 def test_without_environment_in_systemctl_show_the_unit_file_gives_the_storage_directory():
     files = edited(show=[(f"Environment=PYTHONHASHSEED=0 CUDA_VISIBLE_DEVICES=0,1,2,3 {ENV}={DIR} "
-                          "TORCH_EXTENSIONS_DIR=/var/lib/sglang/gpu0-3/torch_extensions HF_HOME=/var/lib/sglang/huggingface\n",
+                          "TORCH_EXTENSIONS_DIR=/var/lib/sglang/gpu0-3/torch_extensions "
+                          "HF_HOME=/var/lib/sglang/huggingface\n",
                           "")])
     r = result(files, "storage_env")
     assert (r.status, r.found) == (PASS, f"{DIR} ({ENV}, the unit file)")

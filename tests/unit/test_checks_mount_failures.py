@@ -80,7 +80,8 @@ def test_another_source_is_remounted_from_the_inventory():
 def test_options_listed_as_mounted_and_the_remount_fix():
     status, expected, found, _ = one(FILES, "mount.options")
     assert status == PASS
-    assert expected == "vers=4.1,proto=rdma,port=20049,rsize=262144,wsize=262144,hard,max_connect=16,write=eager,_netdev"
+    assert expected == ("vers=4.1,proto=rdma,port=20049,rsize=262144,wsize=262144,hard,max_connect=16,write=eager,"
+                        "_netdev")
     assert found.startswith("rw,relatime,vers=4.1,rsize=262144,wsize=262144,namlen=255,hard,proto=rdma,")
     status, _, found, fix = one(mountinfo(("max_connect=16,port", "max_connect=4,port")), "mount.options")
     assert (status, fix) == (FAIL, f"{REMOUNT}: NFS transport options change only with an unmount (`mount -o remount` "

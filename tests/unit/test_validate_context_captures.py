@@ -68,7 +68,8 @@ def test_nixl_backend_not_reported_created_is_a_failure():
 
 def test_unparseable_nixl_toml_names_the_nixl_role():
     r = results({**GPU_HOST, "files/etc/kvprov/nixl_backend_config.toml": b"[plugin.gds_mt\n"})["nixl.config"]
-    assert r.status == FAIL and r.found.startswith("files/etc/kvprov/nixl_backend_config.toml: unusable: not valid TOML")
+    assert r.status == FAIL
+    assert r.found.startswith("files/etc/kvprov/nixl_backend_config.toml: unusable: not valid TOML")
     assert r.fix == "kvprov deploy INVENTORY --limit gpu-a01.corp.example.com --tags nixl"
 
 
