@@ -35,3 +35,9 @@ def test_a_missing_step_stops_at_the_last_element_found():
     assert v.line_of(5) == 1 and v.line_of("name") == 1
     assert v.line_of(0, "name", "deeper") == 2
     assert Var("x", 1, Origin("f", 9)).line_of(0, "k") == 9  # no YAML node: the variable's line
+
+
+def test_a_step_past_the_end_or_of_the_wrong_kind_stops_there():
+    v = var()
+    assert v.line_of(2) == 1  # the list has items 0 and 1
+    assert v.line_of("name", 1) == 1  # a key on a list: the later index is not looked up
