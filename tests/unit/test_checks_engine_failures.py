@@ -319,3 +319,10 @@ def test_cache_no_counter_exposed_lists_what_is_missing_without_figures(tmp_path
     b.write("metrics/main.txt", "process_cpu_seconds_total 12.5\n")
     r = b.results()["engine.main.cache"]
     assert (r.status, r.found) == (FAIL, "; ".join(f"{k} is not exposed" for k in VLLM_METRICS))
+
+
+def test_a_unit_file_without_exec_start_is_unusable_when_nothing_else_shows_the_command_line():
+    show_line = next(line for line in FILES[SHOW].decode().splitlines(keepends=True) if line.startswith("ExecStart="))
+    r = result(edited(show=[(show_line, "")], unit_file=[("ExecStart=", "ExecStartPre=")]), "unit")
+    assert (r.status, r.found, r.fix) == (
+        FAIL, f"{UNIT_FILE}: unusable: no ExecStart= in [Service] (systemd refuses to start it)", DEPLOY)

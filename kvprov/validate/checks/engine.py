@@ -71,7 +71,9 @@ def live_argv(c: Context, unit: str) -> tuple[list[str], str]:
             except ParseError:
                 pass
         try:
-            start = parsers.unit_value(parsers.parse_unit(c.unit_text(unit, TAGS)), "Service", "ExecStart") or ""
+            start = parsers.unit_value(parsers.parse_unit(c.unit_text(unit, TAGS)), "Service", "ExecStart")
+            if not start:
+                raise ParseError("no ExecStart= in [Service] (systemd refuses to start it)")
             return parsers.exec_argv(start, from_show=False), "the unit file"
         except ParseError as e:
             raise FileProblem(bf.unit_file(unit), f"unusable: {e}", c.deploy(TAGS)) from None
