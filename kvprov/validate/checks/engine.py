@@ -157,13 +157,12 @@ def vllm_cache(c: Context, inst: Instance, external: bool = True) -> tuple[dict[
 
 
 def metrics(c: Context, name: str) -> dict[str, float] | None:
-    """Prometheus text -> {name: value summed over labels}; None when not captured."""
+    """Prometheus text -> {name: value summed over labels}; None when not captured. A comment
+    line names no counter ("# HELP name ..." keys as "# HELP name"), a blank one has no value."""
     if not c.b.exists(name):
         return None
     out: dict[str, float] = {}
     for line in c.b.text(name).splitlines():
-        if not line or line.startswith("#"):
-            continue
         key, _, value = line.rpartition(" ")
         try:
             out[key.split("{")[0]] = out.get(key.split("{")[0], 0.0) + float(value)
