@@ -110,12 +110,13 @@ def test_systemd_escape_path_keeps_colon_underscore_and_inner_dots(path, unit):
 
 
 def frozen_values():
-    desired = bf.load_desired(Bundle(FIXTURES / "bundles/gpu_a01"))
-    return [desired, desired.instances[0], desired.files[0], desired.units[0],
-            context.IoProbe(True, False, 0.1, None, 4096), context.Gpu(True, "550", 8),
-            context.NixlProbe(True, "1.5.1", ["GDS"], "GDS", True, None),
-            parsers.RdmaLink("mlx5_0/1", "ACTIVE", "LINK_UP", ""), parsers.GdsCheck({}, [], None),
-            engine.ENGINES["sglang_hicache"]]
+    """Each kind of shared value, made by the code that makes it for the checks."""
+    b = Bundle(FIXTURES / "bundles/gpu_a01")
+    desired = bf.load_desired(b)
+    c = context.Context(b, desired)
+    return [desired, desired.instances[0], desired.files[0], desired.units[0], c.io(), c.gpu(), c.nixl_probe(),
+            parsers.parse_rdma_link(b.text(bf.RDMA_LINK))[0], parsers.parse_gdscheck(b.text(bf.GDSCHECK)),
+            engine.rules(c)]
 
 
 def test_what_the_checks_share_cannot_be_changed_by_one_of_them():
