@@ -13,6 +13,7 @@ from kvprov.validate import bundle as bf
 from kvprov.validate import evaluate as ev
 from kvprov.validate.bundle import Bundle, FileProblem
 from kvprov.validate.checks import bundle as bundle_checks
+from kvprov.validate.checks.engine import engine_health
 from kvprov.validate.checks.mount import mount_present
 from kvprov.validate.collect import _safe_name
 from kvprov.validate.context import CHECKS, Context, under
@@ -122,8 +123,11 @@ def test_each_result_is_in_the_category_its_id_starts_with():
 
 def test_a_registered_check_can_still_be_called_on_its_own():
     b = Bundle(files=GPU_HOST)
-    r = mount_present(Context(b, bf.load_desired(b)))
+    c = Context(b, bf.load_desired(b))
+    r = mount_present(c)
     assert (r.status, r.found) == (PASS, "192.168.10.11:/kvcache_vol1 (nfs4)")
+    r = engine_health(c, c.d.instances[0])
+    assert (r.status, r.found) == (PASS, "GET http://127.0.0.1:8000/health: 200")
 
 
 def test_evaluate_bundle_against_an_inventory_keeps_every_check():
