@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Ansible module: capture one host's KV-cache tier as a validation bundle (docs/bundle.md).
 
 Stdlib only. Everything that could block on a hard NFS mount that lost its server (I/O,
@@ -13,6 +13,10 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: kvprov_collect
 short_description: Capture the live KV-cache tier state of a host for kvprov validate
+description:
+  - Captures one host's KV-cache tier as the files of a validation bundle (kvprov docs/bundle.md), stdlib only.
+  - Whatever could block on a hard NFS mount runs in a child process under a timeout.
+author: kvprov maintainers (!UNKNOWN)
 options:
   desired:
     type: dict
@@ -25,6 +29,13 @@ options:
   io_bytes: {type: int, default: 4194304, description: size of the I/O probe file}
   timeout: {type: int, default: 30, description: seconds for each probe}
   kvprov_version: {type: str, default: unknown, description: the collecting kvprov's version}
+"""
+
+EXAMPLES = r"""
+- name: Probe the live state
+  kvprov.kvprov.kvprov_collect:
+    desired: "{{ kvprov_desired | combine({'files': kvprov_desired.files.keys() | list}) }}"
+    probes: false
 """
 
 import json
@@ -471,8 +482,8 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
                           str(max(1, timeout * 0.8)), *paths.values()], timeout)
     usage = json.loads(so) if rc == 0 and so.strip() else {}
     for name, path in paths.items():
-        entries[name]["usage"] = usage.get(path) or {"error": f"timed out after {timeout}s (hung mount?)" if to
-                                                      else (se.strip()[-300:] or f"exited {rc}")}
+        error = f"timed out after {timeout}s (hung mount?)" if to else (se.strip()[-300:] or f"exited {rc}")
+        entries[name]["usage"] = usage.get(path) or {"error": error}
     out["storage_dirs.json"] = json.dumps({"mount_point": entries.pop(""), "instances": entries}, indent=2)
 
     if probes:

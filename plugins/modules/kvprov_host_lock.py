@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Ansible module: the host-side deploy lock.
 
 The controller lock (kvprov/lock.py) keeps one controller from running two changes at once;
@@ -16,12 +16,24 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: kvprov_host_lock
 short_description: Take or release the host's kvprov deploy lock
+description:
+  - One change at a time per host, whichever controller runs it; a root-only file in /run naming its holder.
+  - A lock left by an interrupted run of the same owner is taken over; any other holder is refused, by name.
+author: kvprov maintainers (!UNKNOWN)
 options:
   state: {type: str, choices: [present, absent], default: present, description: take or release}
   owner: {type: str, required: true, description: "who asks: controller host name and inventory path"}
   command: {type: str, default: deploy, description: what the holder runs (shown to a refused run)}
   run_id: {type: str, required: true, description: this run's id (only its own lock is released)}
   path: {type: path, default: /run/kvprov/deploy.lock, description: the lock file (its directory is root-only)}
+"""
+
+EXAMPLES = r"""
+- name: Take the host's deploy lock
+  kvprov.kvprov.kvprov_host_lock:
+    owner: "ctl1:/srv/inventory.yml"
+    run_id: 0123456789ab
+    command: kvprov deploy
 """
 
 import errno

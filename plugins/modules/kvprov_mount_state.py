@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python
 """Ansible module: the live state of a mount point, compared with the desired one.
 
 Every desired option the kernel shows in mountinfo is compared, in the kernel's spelling
@@ -13,11 +13,23 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: kvprov_mount_state
 short_description: Live mount options vs desired, and who has the mount open
+description:
+  - Reads /proc/self/mountinfo (never stat()s the mount) and compares the live options, in the kernel's spelling, with the desired ones.
+  - Scans /proc for the processes that use the mount and lists the mount unit's running dependents.
+author: kvprov maintainers (!UNKNOWN)
 options:
   path: {type: str, required: true, description: Mount point.}
   source: {type: str, default: "", description: Desired source (server:/export).}
   options: {type: list, elements: str, default: [], description: Desired mount options.}
   unit: {type: str, default: "", description: "The mount unit: its running dependents are listed (a remount restarts them)."}
+"""
+
+EXAMPLES = r"""
+- name: Read the live mount
+  kvprov.kvprov.kvprov_mount_state:
+    path: /mnt/kvcache
+    source: "10.0.0.1:/kv"
+    options: [vers=4.1, proto=rdma]
 """
 
 import os

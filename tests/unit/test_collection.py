@@ -58,12 +58,14 @@ def test_the_installed_tree_is_roles_playbooks_and_plugins_only(installed):
     _, coll, _ = installed
     top = sorted(p.name for p in coll.iterdir())
     assert top == ["CHANGELOG.md", "FILES.json", "MANIFEST.json", "README.md", "docs", "meta", "playbooks", "plugins",
-                   "roles"]
+                   "roles", "tests"]
+    assert [str(p.relative_to(coll)) for p in (coll / "tests").rglob("*")] == ["tests/sanity",
+                                                                            "tests/sanity/ignore-2.19.txt"]
     assert sorted(p.name for p in (coll / "roles").iterdir()) == ROLES
     assert sorted(p.stem for p in (coll / "playbooks").glob("*.yml")) == PLAYBOOKS
     assert sorted(p.name for p in (coll / "plugins/modules").iterdir()) == sorted(
         p.name for p in (ROOT / "plugins/modules").glob("*.py"))
-    assert (coll / "plugins/action/kvprov_preflight.py").is_file()
+    assert sorted(p.name for p in (coll / "plugins/action").iterdir()) == ["kvprov_preflight.py"]
     # Python outside plugins/ only where a role copies it to the host
     assert sorted(str(p.relative_to(coll)) for p in coll.rglob("*.py") if p.parts[len(coll.parts)] != "plugins") == [
         "roles/engine/files/kvprov-evict.py", "roles/kvcache_bench/files/bench_worker.py"]

@@ -172,8 +172,8 @@ def cudart_candidates(major: int | None) -> list[str]:
     dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
     patterns = ["/usr/local/cuda*/targets/x86_64-linux/lib", "/usr/local/cuda*/lib64"]
     for entry in sys.path:  # pip-installed CUDA runtimes and NIXL's bundled libraries
-        patterns += [os.path.join(entry, *p) for p in (("nvidia", "cu*", "lib"), ("nvidia", "cuda_runtime", "lib"),
-                                                        ("nixl_cu*.libs",))]
+        patterns += [os.path.join(entry, *p)
+                     for p in (("nvidia", "cu*", "lib"), ("nvidia", "cuda_runtime", "lib"), ("nixl_cu*.libs",))]
     dirs += [d for pattern in patterns for d in sorted(glob.glob(pattern))]
     found = ctypes.util.find_library("cudart")
     paths = names + [os.path.join(d, n) for d in dirs for n in names] + ([found] if found else [])
