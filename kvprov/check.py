@@ -274,6 +274,7 @@ REPLACED_OPTIONS = {
     "port": "kvprov_storage_nfs_port",
     "rsize": "kvprov_storage_rsize",
     "wsize": "kvprov_storage_wsize",
+    "lookupcache": "kvprov_storage_lookupcache",
 }
 
 

@@ -568,7 +568,7 @@ def test_evaluate_bundle_usage_errors(tmp_path):
 
 def test_summary_counts():
     s = results("lab_tcp_fallback")["summary"]
-    assert (s.status, s.found) == (FAIL, "18 pass, 4 fail, 0 warn, 12 skip")
+    assert (s.status, s.found) == (FAIL, "19 pass, 4 fail, 0 warn, 12 skip")
 
 
 def test_engine_state_without_gpu_json_when_not_installed():

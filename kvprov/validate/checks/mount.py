@@ -8,7 +8,7 @@ import posixpath
 from kvprov.validate import bundle as bf
 from kvprov.validate import parsers
 from kvprov.validate.bundle import FileProblem
-from kvprov.validate.context import Context, check
+from kvprov.validate.context import Context, check, under
 from kvprov.validate.parsers import ParseError, mount_state
 from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result, res, show
 
@@ -232,14 +232,14 @@ def mount_unit(c: Context) -> Result:
     where = parsers.unit_value(parsed, "Mount", "Where") or ""
     options = parsers.unit_value(parsed, "Mount", "Options") or ""
     problems = []
-    if posixpath.normpath(where or ".") != posixpath.normpath(d.mount_point):
+    if posixpath.normpath(where) != posixpath.normpath(d.mount_point):  # "" normalises to "."
         problems.append(f"Where={show(where)}")
-    as_mounted = {"source": what, "options": mount_state.as_shown(options.split(","))}
-    problems += [f"unit vs inventory: {x.replace(': live ', ': unit has ', 1)}"
+    as_mounted = {"source": what, "options": mount_state.as_shown([options])}  # it splits at the commas
+    problems += [f"unit vs inventory: {x.replace(': live ', ': unit has ')}"
                  for x in mount_state.differences(as_mounted, d.source, list(d.mount_options))]
     live = c.live()
     if live is not None:
-        problems += [f"live vs unit: {x}" for x in mount_state.differences(live, what, options.split(","))]
+        problems += [f"live vs unit: {x}" for x in mount_state.differences(live, what, [options])]
     state = ""
     if c.b.exists(bf.systemctl_file(unit)):
         state = c.show_unit(unit).get("UnitFileState", "")
@@ -287,3 +287,33 @@ def mount_local_dir(c: Context) -> Result:
         return res(FAIL, expected, f"{c.d.mount_point} is {'not a directory' if entry.get('exists') else 'missing'}",
                   c.deploy("kvcache_mount"))
     return res(PASS, expected, f"{c.d.mount_point} on {show(entry.get('fstype', '?'))} {show(entry.get('device', ''))}")
+
+
+@check("mount.lookupcache")
+def mount_lookupcache(c: Context) -> Result:
+    """The engines find a KV file another host stored by its name (exists/stat/open): a miss
+    the NFS client cached before the file existed must not hide it (lookupcache=all does, until
+    the directory's attributes expire: about 30 s measured, benchmarks/results/visibility.json)."""
+    live, skip = _mounted(c)
+    if skip:
+        return skip
+    own = posixpath.join(c.d.mount_point, c.d.host)
+    dirs = [i for i in c.d.instances if i.storage_dir and under(i.storage_dir, c.d.mount_point)]
+    if not dirs:
+        return res(SKIP, "", f"engine {c.d.engine} keeps no KV files on {c.d.mount_point}")
+    shared = [i for i in dirs if not under(i.storage_dir, own)]
+    expected = "lookupcache=positive or none where other hosts write the directory"
+    value = live["options"].get("lookupcache", "all")  # the kernel shows pos and none, never its default
+    if value in ("pos", "none"):
+        return res(PASS, expected, f"lookupcache={value}: a miss is asked again, another host's file is found "
+                                   "once closed")
+    if not shared:
+        return res(PASS, expected, f"lookupcache={value}; only this host writes "
+                                   f"{', '.join(sorted({i.storage_dir for i in dirs}))} (below {own})")
+    names = ", ".join(f"{i.name} ({i.storage_dir})" for i in shared)
+    return res(FAIL, expected,
+               f"lookupcache={value} (the kernel's default when none is shown): instance {names} may be written by "
+               "other hosts, and a KV file they store stays missing here for up to acdirmax seconds after this "
+               "host looked for it (a prefix miss)",
+               "set kvprov_storage_lookupcache: positive (the default) and remount: "
+               f"{c.deploy('kvcache_mount', ' --allow-remount')}")
