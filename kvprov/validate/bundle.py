@@ -26,8 +26,9 @@ from typing import Any, Mapping
 from kvprov.errors import EXIT_USAGE, KvprovError
 
 FORMAT = 3  # desired.json's "format": the one this kvprov writes and reads (and 2, converted)
-COLLECT_FORMAT = 4  # collect.json's "format", the bundle format: 4 filters /etc/fstab and redacts its credentials
-READABLE_FORMATS = (2, 3, 4)  # 2: before there was more than one engine (SGLang only); 3: the whole /etc/fstab
+# collect.json's "format", the bundle format (the collector module writes the last): 2: before there was more
+# than one engine (SGLang only); 3: the whole /etc/fstab; 4: /etc/fstab filtered, its credentials redacted
+READABLE_FORMATS = (2, 3, 4)
 
 # ---------------------------------------------------------------------------- file names
 

@@ -90,3 +90,20 @@ def test_udev_record_of_a_block_device():
     status, _, found = udev(**block, exists=False)
     assert (status, found.split(": cuFile")[0]) == (FAIL, "/run/udev/data/b8:0 is missing")
     assert "cannot read the volume attributes of xfs /dev/sda and registers no file" in found
+
+
+def test_platform_line_missing_is_a_warning_to_collect_again():
+    r = run(gdscheck=gdscheck_without("Platform verification"))["gds.platform"]
+    assert (r.status, r.found, r.fix) == (WARN, "no platform verification line (truncated output?)", bf.RECOLLECT)
+
+
+def test_mount_table_entry_addresses_must_be_a_list_of_strings():
+    for addrs in ("192.168.10.101", [1, 2]):
+        def edit(d, addrs=addrs):
+            d["fs"]["nfs"]["mount_table"]["/mnt/kvcache"]["rdma_dev_addr_list"] = addrs
+
+        r = run(cufile=edit)["gds.cufile_mount_table"]
+        assert r.status == FAIL
+        assert r.found == (f"fs.nfs.mount_table[/mnt/kvcache] is {{\"rdma_dev_addr_list\": {json.dumps(addrs)}}}: "
+                           'cuFile accepts only {"rdma_dev_addr_list": ["IP", ...]} and fails with "json type '
+                           'mismatch" otherwise')

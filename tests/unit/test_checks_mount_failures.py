@@ -183,3 +183,38 @@ def test_fstab_lines_that_mount_the_kv_mount_point_too():
     assert fstab(f"{SOURCE} /mnt/kvcache\n") == (WARN, f"/etc/fstab also mounts {SOURCE} on /mnt/kvcache", fix)
     assert fstab(f"#{SOURCE} /mnt/kvcache nfs4 defaults 0 0\n/dev/sda1 /\n") == (PASS, "", "")
     assert fstab(None) == (PASS, "", "")
+
+
+def test_unit_without_what_or_options_is_compared_as_empty():
+    assert unit((f"What={SOURCE}\n", ""))[2] == f"unit vs inventory: source: unit has , want {SOURCE}"
+    options = next(x for x in FILES[UNIT_FILE].decode().splitlines(keepends=True) if x.startswith("Options="))
+    assert unit((options, ""))[2] == (
+        "unit vs inventory: vers: unit has absent, want 4.1; unit vs inventory: proto: unit has absent, want rdma; "
+        "unit vs inventory: port: unit has 2049, want 20049; unit vs inventory: rsize: unit has absent, want 262144; "
+        "unit vs inventory: wsize: unit has absent, want 262144; unit vs inventory: hard: unit has absent, want hard; "
+        "unit vs inventory: max_connect: unit has 1, want 16; unit vs inventory: write: unit has lazy, want eager")
+
+
+def test_unit_file_missing_names_the_kvcache_mount_role():
+    files = {k: v for k, v in FILES.items() if k != UNIT_FILE}
+    status, _, found, fix = one(files, "mount.unit")
+    assert (status, fix) == (FAIL, DEPLOY)
+    assert found == f"{UNIT_FILE}: /etc/systemd/system/{UNIT} is not on the host (not in the bundle)"
+
+
+# ---------------------------------------------------------------------------- mount.io_probe, transport
+
+def test_io_probe_without_size_or_time_names_the_probe_file():
+    files = {**FILES, "io_probe.json": b'{"ok": true}'}
+    assert one(files, "mount.io_probe")[2] == "wrote and read back the probe file"
+    files = {**FILES, "io_probe.json": b'{"ok": true, "bytes": 4096, "seconds": 0.5}'}
+    assert one(files, "mount.io_probe")[2] == "wrote and read back 4096 bytes in 0.50 s"
+
+
+def test_transport_of_a_tcp_profile_mounted_over_rdma_is_remounted_from_the_inventory():
+    files = storage(transport="tcp")
+    status, expected, found, fix = one(files, "mount.transport")
+    assert (status, expected, fix) == (FAIL, "every xprt: line of the mount is tcp", REMOUNT)
+    assert found == "xprt: rdma, rdma (options say proto=rdma): not the transport of storage profile netapp_pnfs_rdma"
+    files = edit(files, "proc/mountstats", (",proto=rdma,", ","))
+    assert one(files, "mount.transport")[2].startswith("xprt: rdma, rdma (options say proto=?)")

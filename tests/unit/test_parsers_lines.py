@@ -103,3 +103,9 @@ def test_gdscheck_needs_an_nfs_or_a_properties_line():
     assert parsers.parse_gdscheck("properties.use_compat_mode : false\n").use_compat_mode is False
     with pytest.raises(ParseError, match="^no `NFS : ...`"):
         parsers.parse_gdscheck("NFS\nsomething : else\n")
+
+
+def test_gdscheck_a_succeeded_line_is_no_error_and_keys_keep_their_letters():
+    g = parsers.parse_gdscheck(" NFS : Supported\n Platform verification succeeded (0 errors)\n XGMI : Unsupported\n")
+    assert g.errors == [] and g.platform_verified is True
+    assert g.get("XGMI") == "Unsupported"

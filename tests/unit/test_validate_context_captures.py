@@ -158,3 +158,9 @@ def test_a_managed_files_mode_difference_is_shown_its_content_never():
 def test_collector_names_are_kept_whatever_letter_they_end_in():
     assert _safe_name("files/etc/X11/Xwrapper.configX") == "files/etc/X11/Xwrapper.configX"
     assert _safe_name("files/etc/X11/") == "files/etc/X11"
+
+
+def test_collect_json_formats_this_kvprov_reads():
+    assert results(with_json(GPU_HOST, bf.COLLECT, format=4))["bundle.collect"].status == PASS
+    r = results(with_json(GPU_HOST, bf.COLLECT, format=5))["bundle.collect"]
+    assert (r.status, r.found) == ("warn", "format 5 (this kvprov reads 2, 3, 4)")
