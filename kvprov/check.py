@@ -113,16 +113,10 @@ def _raw(node: yaml.Node | None) -> str | None:
     return node.value if isinstance(node, yaml.ScalarNode) else None
 
 
-def _sub_node(var: Var, *path: str | int) -> yaml.Node | None:
+def _item_node(var: Var, i: int) -> yaml.Node | None:
+    """The YAML node of item i of a list value (None when the list was not written in YAML)."""
     node = var.node
-    for step in path:
-        if isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in reversed(node.value) if _raw(k) == str(step)), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) and step < len(node.value):
-            node = node.value[step]
-        else:
-            return None
-    return node
+    return node.value[i] if isinstance(node, yaml.SequenceNode) and i < len(node.value) else None
 
 
 def is_template(value: Any) -> bool:
@@ -190,7 +184,7 @@ def spec_findings(var: Var, spec: VarSpec) -> list[Finding]:
     out = []
     if spec.type == "list" and spec.elements:
         for i, item in enumerate(var.value):
-            error = type_error(item, spec.elements, _raw(_sub_node(var, i)))
+            error = type_error(item, spec.elements, _raw(_item_node(var, i)))
             if error:
                 out.append(Finding(f"item {i + 1}: {error}", (i,)))
     if not out and spec.choices and var.value not in spec.choices:
@@ -932,7 +926,7 @@ def _nfs_server_and_export(h: HostView, profile: str) -> list[Problem]:
 
 def _options(h: HostView) -> list[tuple[str, str | None, int]]:
     items = h.get("kvprov_storage_extra_options") or []
-    return parse_mount_options([v for v in items if isinstance(v, str) and not is_template(v)])
+    return parse_mount_options([v for v in items if not is_template(v)])  # h.get: a list of strings
 
 
 def _protocol(h: HostView, profile: str) -> list[Problem]:
