@@ -4,6 +4,8 @@ values; no inventory file, no Ansible)."""
 
 from pathlib import Path
 
+import yaml
+
 from kvprov import check, inventory
 
 SPECS = check.read_specs(inventory.roles_dir())
@@ -336,6 +338,9 @@ def test_nconnect_and_trunking_are_compared_only_when_both_are_known():
 
 
 def test_one_nconnect_already_turns_auto_trunking_off():
+    assert problems(kvprov_storage_nconnect=1, kvprov_storage_extra_options=["nconnect=2"]) == [
+        'error kvprov_storage_extra_options: "nconnect=2" conflicts with kvprov_storage_nconnect: 1 (the mount would '
+        "get both): remove it from the extra options"]
     assert problems(kvprov_storage_nconnect=1, kvprov_storage_extra_options=["max_connect=2"]) == [
         'error kvprov_storage_nconnect: nconnect 1 together with session trunking ("max_connect" in '
         "kvprov_storage_extra_options): use one or the other (NetApp: with both, only the metadata server "
@@ -345,3 +350,12 @@ def test_one_nconnect_already_turns_auto_trunking_off():
 def test_an_instance_storage_dir_must_be_a_string():
     assert problems(kvprov_engine_instances=[{"name": "a", "port": 8000, "storage_dir": 5}]) == [
         "error kvprov_engine_instances: instance a: storage_dir expected a string, got the number 5"]
+
+
+def test_a_storage_dir_off_the_mount_is_reported_at_its_own_line():
+    text = "kvprov_engine_instances:\n  - name: c\n    port: 8002\n    storage_dir: /var/tmp/c\n"
+    h = host()
+    h.vars["kvprov_engine_instances"] = inventory.Var(
+        "kvprov_engine_instances", yaml.safe_load(text)["kvprov_engine_instances"], inventory.Origin("inv.yml", 1),
+        yaml.compose(text).value[0][1])
+    assert [(p.line, p.message.split(":")[0]) for p in check.check_host_values(h, SPECS)] == [(4, "instance c")]

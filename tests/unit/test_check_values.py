@@ -25,8 +25,9 @@ def test_a_spec_option_without_a_type_is_a_string(tmp_path):
 def test_specs_and_findings_are_values_no_rule_can_change():
     with pytest.raises(dataclasses.FrozenInstanceError):
         VarSpec("kvprov_a", "r").type = "int"  # type: ignore[misc]
+    [finding] = check.positive_number(0)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        Finding("m").message = "x"  # type: ignore[misc]
+        finding.message = "x"  # type: ignore[misc]
     assert len({VarSpec("kvprov_a", "r"), VarSpec("kvprov_a", "r"), Finding("m"), Finding("m")}) == 2
 
 
