@@ -13,7 +13,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 
 import kvprov
-from kvprov import desired
+from kvprov import desired, runner
 from tests.conftest import ROOT
 
 PLAYBOOKS = sorted(p.stem for p in (ROOT / "playbooks").glob("*.yml"))
@@ -117,3 +117,16 @@ def test_the_installed_collection_computes_what_kvprov_computes(installed, tmp_p
     assert "kvprov.kvprov.preflight : Check this host's kvprov variables" in r.stdout
     theirs = {p.stem: json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("*.json"))}
     assert ours and theirs == ours
+
+
+def test_kvprovs_runs_take_the_checkouts_collection_before_an_installed_one(installed, monkeypatch):
+    """kvprov/runner.py: the user's ANSIBLE_COLLECTIONS_PATH holds another copy; kvprov's runs
+    still resolve kvprov.kvprov to this checkout."""
+    collections, _, cwd = installed
+    monkeypatch.setenv("ANSIBLE_COLLECTIONS_PATH", str(collections))
+    path = runner.collections_path()
+    assert path.split(os.pathsep) == [str(ROOT / ".collections"), str(collections)]
+    r = ansible(["ansible-doc", "-t", "module", "--json", "kvprov.kvprov.kvprov_host_lock"], path, cwd)
+    assert r.returncode == 0, r.stderr
+    found = json.loads(r.stdout)["kvprov.kvprov.kvprov_host_lock"]["doc"]["filename"]
+    assert found == str(ROOT / ".collections/ansible_collections/kvprov/kvprov/plugins/modules/kvprov_host_lock.py")
