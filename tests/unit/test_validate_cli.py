@@ -18,7 +18,7 @@ def test_good_bundle_exits_0_with_a_table():
     assert lines[0].split() == ["HOST", "CHECK", "STATUS", "FOUND"]
     assert any(line.split()[:3] == ["kvlab-gpu1", "mount.transport", "pass"] for line in lines)
     assert any(line.split()[:4] == ["kvlab-gpu1", "gds.gpu", "skip", "no"] for line in lines)
-    assert lines[-1] == "kvlab-gpu1: ok (0 failed, 0 warnings, 12 skipped, 22 passed)"
+    assert lines[-1] == "kvlab-gpu1: ok (0 failed, 0 warnings, 12 skipped, 23 passed)"
     assert r.stderr.startswith("kvprov: note: each bundle's own desired.json is trusted") and "--inventory" in r.stderr
 
 
@@ -49,15 +49,15 @@ def test_json_to_stdout_replaces_the_table():
     r = kvprov("validate", "--bundle", str(BUNDLES / "gpu_a01"), "--json", "-", timeout=60)
     assert r.returncode == EXIT_OK
     data = json.loads(r.stdout)
-    assert data["hosts"]["gpu-a01.corp.example.com"]["counts"] == {"pass": 36, "fail": 0, "warn": 0, "skip": 4}
+    assert data["hosts"]["gpu-a01.corp.example.com"]["counts"] == {"pass": 37, "fail": 0, "warn": 0, "skip": 4}
 
 
 def test_several_bundles_one_report():
     r = kvprov("validate", "--bundle", str(BUNDLES / "local_c1"), "--bundle", str(BUNDLES / "lab_no_layout"),
                timeout=60)
     assert r.returncode == EXIT_CHECKS_FAILED
-    assert r.stdout.splitlines()[-2:] == ["kvlab-c1: ok (0 failed, 0 warnings, 22 skipped, 12 passed)",
-                                          "kvlab-gpu1: FAILED (2 failed, 0 warnings, 12 skipped, 20 passed)"]
+    assert r.stdout.splitlines()[-2:] == ["kvlab-c1: ok (0 failed, 0 warnings, 23 skipped, 12 passed)",
+                                          "kvlab-gpu1: FAILED (2 failed, 0 warnings, 12 skipped, 21 passed)"]
 
 
 def test_usage_errors_exit_2(tmp_path):
