@@ -12,7 +12,7 @@ def test_every_skip_says_why():
              if r.status == "skip"]
     assert skips == [
         *[(f"mount.{c}", "", NO_MOUNT) for c in ("present", "source", "options", "nfs_version", "transport",
-                                                 "pnfs_layout", "layoutget", "unit")],
+                                                 "pnfs_layout", "layoutget", "unit", "lookupcache")],
         ("rdma.module", "", "storage profile local does not use RDMA"),
         ("rdma.link", "", "storage profile local does not use RDMA"),
         ("gds.gpu", "an NVIDIA GPU (kvprov_gds_mode: auto)", "no NVIDIA GPU"),
