@@ -80,3 +80,10 @@ def test_options_each_shown_or_judged_and_defaults_named():
     r = run(toml="use_direct_io = false\nl3_cleaner_enabled = true\n" + PLUGIN)
     assert r["nixl.options"].found == "use_direct_io = false, l3_cleaner_enabled = true"
     assert run(toml="l3_cleaner_enabled = true\n" + PLUGIN)["nixl.options"].found == "l3_cleaner_enabled = true"
+
+
+def test_active_as_a_string_is_named_with_its_table():
+    r = run(toml='[plugin.posix]\nactive = false\n[plugin.gds_mt]\nactive = "true"\n')["nixl.active_plugin"]
+    assert (r.status, r.found) == (
+        FAIL, '[plugin.gds_mt] active = "true" is a string, not a boolean: kvprov writes typed booleans (a string '
+              'like "ture" or "yes" silently deactivates the plugin in SGLang)')
