@@ -107,3 +107,11 @@ def test_mount_table_entry_addresses_must_be_a_list_of_strings():
         assert r.found == (f"fs.nfs.mount_table[/mnt/kvcache] is {{\"rdma_dev_addr_list\": {json.dumps(addrs)}}}: "
                            'cuFile accepts only {"rdma_dev_addr_list": ["IP", ...]} and fails with "json type '
                            'mismatch" otherwise')
+
+
+def test_no_gpu_fails_where_gds_is_required_and_skips_the_rest_without_expectation():
+    rs = with_json("gpu.json", present=False, gpus=None, driver=None)
+    assert (rs["gds.gpu"].status, rs["gds.gpu"].found, rs["gds.gpu"].fix) == (
+        FAIL, "no NVIDIA GPU (/proc/driver/nvidia/gpus is missing: no GPU, or no driver)",
+        "check the NVIDIA driver (`nvidia-smi`), or set kvprov_gds_mode: auto for hosts without a GPU")
+    assert (rs["gds.nfs"].status, rs["gds.nfs"].expected, rs["gds.nfs"].found) == (SKIP, "", "no NVIDIA GPU")
