@@ -25,22 +25,21 @@ def issues(inv) -> list[tuple[str, int]]:
     return [(p.file, p.line) for p in inv.issues]
 
 
-def test_vars_files_are_those_ansible_reads_and_each_is_linted(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    write(tmp_path / "inv.yml", HOSTS)
+def test_vars_files_are_those_ansible_reads_and_each_is_linted(tmp_path):
     write(tmp_path / "group_vars/.hidden.yml", DUPLICATE)  # skipped, as by Ansible
     write(tmp_path / "group_vars/all.json", '{"v_json": 1}\n')  # the vars of group all, not of a group all.json
     write(tmp_path / "group_vars/gpu_nodes/main", "v_plain: 3\n" + DUPLICATE)  # no suffix: read
     write(tmp_path / "group_vars/gpu_nodes/.hidden.yml", DUPLICATE)
     write(tmp_path / "group_vars/gpu_nodes/notes.txt", DUPLICATE)  # not a vars file
     write(tmp_path / "host_vars/gpu1.yaml", "v_list:\n  - a\n  - b\n" + DUPLICATE)
-    inv = inventory.load("inv.yml")
-    assert issues(inv) == [("group_vars/gpu_nodes/main", 3), ("host_vars/gpu1.yaml", 5)]
+    inv = inventory.load(write(tmp_path / "inv.yml", HOSTS))
+    assert issues(inv) == [(f"{tmp_path}/group_vars/gpu_nodes/main", 3), (f"{tmp_path}/host_vars/gpu1.yaml", 5)]
     gpu1 = inv.host("gpu1")
     assert {n: v.value for n, v in gpu1.vars.items() if n.startswith("v_")} == {
         "v_json": 1, "v_plain": 3, "v_dup": 2, "v_list": ["a", "b"]}
     # the vars files' YAML nodes are indexed: a value starting on the next line has its key's line
-    assert str(gpu1.var("v_list").origin) == "host_vars/gpu1.yaml:1" and gpu1.var("v_list").line_of(1) == 3
+    assert str(gpu1.var("v_list").origin) == f"{tmp_path}/host_vars/gpu1.yaml:1"
+    assert gpu1.var("v_list").line_of(1) == 3
 
 
 def test_an_inventory_file_named_yaml_is_linted(tmp_path):
@@ -54,6 +53,7 @@ def test_a_host_list_source_is_ansibles_alone_and_the_sources_after_it_are_linte
     inv = inventory.load(["gpu2,spare1", "inv.yml"])
     assert inv.host_names == ["gpu2", "gpu1"]  # in the order Ansible met them
     assert str(inv.host("gpu2").origin) == "gpu2,spare1"  # the source that added it
+    assert str(inv.host("gpu1").origin) == "inv.yml:5"  # a file in the working directory, shown as given
     assert issues(inv) == [("inv.yml", 6)]
 
 

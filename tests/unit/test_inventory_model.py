@@ -89,3 +89,31 @@ def test_a_variable_is_its_name_value_and_origin_whatever_yaml_node_it_came_from
     path = write(tmp_path / "inv.yml", INVENTORY)
     var = inventory.load(path).host("gpu1").var("v_date")
     assert var.node is not None and var == inventory.Var("v_date", date(2024, 1, 2), inventory.Origin(str(path), 8))
+
+
+def test_group_vars_run_at_inventory_load_are_listed_once(tmp_path, monkeypatch):
+    """Ansible's run_vars_plugins=start: group_vars/ is read when the inventory loads, and a
+    play's task stage reads it no more (kvprov takes the variables as a play sees them)."""
+    import ansible.constants
+
+    monkeypatch.setattr(ansible.constants, "RUN_VARS_PLUGINS", "start")
+    write(tmp_path / "group_vars/all.yml", "v_only: gv\n")
+    inv = inventory.load(write(tmp_path / "inv.yml", INVENTORY))
+    assert inv.host("gpu1").value("v_only") == "gv"
+    assert [(s.group, str(s.var.origin)) for s in inv.settings if s.var.name == "v_only"] == [
+        ("all", f"{tmp_path}/group_vars/all.yml:1")]
+
+
+def test_the_inventory_arguments_of_every_command():
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="kvprov check")
+    inventory.add_inventory_args(parser)
+    assert parser.format_usage() == "usage: kvprov check [-h] [-i SOURCE] [INVENTORY]\n"
+    assert "the inventory: whatever ansible-inventory -i takes" in parser.format_help()
+    args = parser.parse_args(["a.ini", "-i", "b.yml", "-i", "c"])
+    assert inventory.from_args(args) == ["a.ini", "b.yml", "c"]
+    other = argparse.ArgumentParser()
+    inventory.add_inventory_args(other, required=False, help="what the bundles are judged against")
+    assert "what the bundles are judged against" in other.format_help()
+    assert inventory.from_args(other.parse_args([])) == []
