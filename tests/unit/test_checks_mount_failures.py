@@ -10,6 +10,7 @@ from kvprov.validate import evaluate as ev
 from kvprov.validate.bundle import Bundle
 from kvprov.validate.result import FAIL, PASS, SKIP, WARN
 from tests.conftest import FIXTURES
+from tests.unit.test_validate_engines import EngineBundle
 
 ROOT = FIXTURES / "bundles/gpu_a01"
 FILES = {str(p.relative_to(ROOT)): p.read_bytes() for p in ROOT.rglob("*") if p.is_file()}
@@ -218,3 +219,15 @@ def test_transport_of_a_tcp_profile_mounted_over_rdma_is_remounted_from_the_inve
     assert found == "xprt: rdma, rdma (options say proto=rdma): not the transport of storage profile netapp_pnfs_rdma"
     files = edit(files, "proc/mountstats", (",proto=rdma,", ","))
     assert one(files, "mount.transport")[2].startswith("xprt: rdma, rdma (options say proto=?)")
+
+
+def test_a_local_directory_skips_the_nfs_checks_expecting_nothing():
+    root = FIXTURES / "bundles/local_c1"
+    rs = run({str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()})
+    for check_id in ("mount.present", "mount.unit", "mount.lookupcache"):
+        assert (rs[check_id].status, rs[check_id].expected) == (SKIP, "")
+
+
+def test_lookupcache_skips_an_engine_without_kv_files_on_the_mount(tmp_path):
+    r = EngineBundle(tmp_path, "vllm_baseline").results()["mount.lookupcache"]
+    assert (r.status, r.expected, r.found) == (SKIP, "", "engine vllm_baseline keeps no KV files on /mnt/kvcache")

@@ -85,3 +85,13 @@ def test_at_most_eight_ports_are_listed():
     status, _, found, _ = run("rdma.link", links=many)
     assert status == FAIL
     assert found == ", ".join(f"rxe{i}/1 DOWN DISABLED (eth{i})" for i in range(8))
+
+
+def test_a_tcp_profile_skips_the_rdma_checks_expecting_nothing():
+    desired = FILES[bf.DESIRED].decode().replace('"transport": "rdma"', '"transport": "tcp"')
+    assert '"transport": "tcp"' in desired
+    b = Bundle(files={**FILES, bf.DESIRED: desired.encode()})
+    rs = {r.id: r for r in ev.evaluate(b, bf.load_desired(b))}
+    for check_id in ("rdma.module", "rdma.link"):
+        assert (rs[check_id].status, rs[check_id].expected, rs[check_id].found) == (
+            "skip", "", "storage profile netapp_pnfs_rdma does not use RDMA")

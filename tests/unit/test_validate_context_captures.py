@@ -10,6 +10,7 @@ import pytest
 
 from kvprov.errors import KvprovError
 from kvprov.validate import bundle as bf
+from kvprov.validate import context
 from kvprov.validate import evaluate as ev
 from kvprov.validate.bundle import Bundle, FileProblem
 from kvprov.validate.checks import bundle as bundle_checks
@@ -164,3 +165,26 @@ def test_collect_json_formats_this_kvprov_reads():
     assert results(with_json(GPU_HOST, bf.COLLECT, format=4))["bundle.collect"].status == PASS
     r = results(with_json(GPU_HOST, bf.COLLECT, format=5))["bundle.collect"]
     assert (r.status, r.found) == ("warn", "format 5 (this kvprov reads 2, 3, 4)")
+
+
+def test_the_typed_captures_hold_what_the_files_say():
+    b = Bundle(files=GPU_HOST)
+    c = Context(b, bf.load_desired(b))
+    assert c.gpu() == context.Gpu(True, "550.90.07", 8)
+    assert c.nixl_probe() == context.NixlProbe(True, "1.5.1", ["GDS", "GDS_MT", "OBJ", "POSIX", "UCX"], "GDS_MT", True,
+                                               None)
+    io = {"ok": True, "timed_out": False, "seconds": 0.25, "error": "slow", "bytes": 4096}
+    c = Context(Bundle(files={**GPU_HOST, bf.IO_PROBE: json.dumps(io).encode()}), c.d)
+    assert c.io() == context.IoProbe(True, False, 0.25, "slow", 4096)
+    bare = {bf.GPU: b'{"present": false}', bf.NIXL_PROBE: b'{"import_ok": false, "error": "no module"}',
+            bf.IO_PROBE: b'{"ok": false}'}
+    c = Context(Bundle(files={**GPU_HOST, **bare}), c.d)
+    assert c.gpu() == context.Gpu(False, None, None)
+    assert c.nixl_probe() == context.NixlProbe(False, None, None, None, False, "no module")
+    assert c.io() == context.IoProbe(False, False, None, None, None)
+
+
+def test_checks_that_do_not_apply_to_a_local_directory_expect_nothing():
+    rs = results(LOCAL)
+    for check_id in ("mount.present", "rdma.module"):
+        assert (rs[check_id].status, rs[check_id].expected) == ("skip", "")
