@@ -15,7 +15,9 @@ def test_an_unusable_bundle_is_a_failed_bundle_desired_result(tmp_path, capsys):
     rc = cli.main(["validate", "--bundle", str(bad), "--bundle", str(FIXTURES / "bundles/local_c1"),
                    "--json", str(out)])
     assert rc == EXIT_CHECKS_FAILED
-    assert f"kvprov: error: {bad}: desired.json: missing from the bundle" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"kvprov: error: {bad}: desired.json: missing from the bundle" in err
+    assert "kvprov: note: each bundle's own desired.json is trusted" in err
     [failed] = json.loads(out.read_text())["hosts"]["gpu-b07"]["results"][:1]
     assert {k: failed[k] for k in ("id", "category", "status", "expected", "fix")} == {
         "id": "bundle.desired", "category": "bundle", "status": "fail",

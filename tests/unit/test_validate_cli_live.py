@@ -16,6 +16,7 @@ from kvprov.validate.result import PASS, Result
 from tests.conftest import FIXTURES
 
 GOOD = FIXTURES / "bundles/gpu_a01"
+OTHER = FIXTURES / "bundles/local_c1"
 HOST = "gpu-a01.corp.example.com"
 
 
@@ -25,16 +26,17 @@ def results(path: Path) -> list[dict]:
 
 @pytest.fixture
 def live(monkeypatch):
-    """FAKE hosts: gpu-a01 is captured (the fixture bundle), gpu-a02 is unreachable."""
+    """FAKE hosts: gpu-a01 and kvlab-c1 are captured (fixture bundles), gpu-a02 is unreachable."""
     seen = {}
 
     def fake_collect(sources, out, limit=None, stream=None, *, timeout):
         seen.update(sources=sources, out=Path(out), timeout=timeout)
         shutil.copytree(GOOD, Path(out) / HOST)
+        shutil.copytree(OTHER, Path(out) / "kvlab-c1")
         return runner.RunResult(0, Path(out), hosts={"gpu-a02": runner.HostSummary(unreachable=1)},
                                 failures=[runner.Failure("gpu-a02", "Gathering Facts", "ssh: no route", True),
                                           runner.Failure("gpu-a03", "capture", "python3 missing")],
-                                captured={HOST: {}})
+                                captured={"kvlab-c1": {}, HOST: {}})
 
     def fake_bench(sources, hosts, together, overrides):
         seen.update(bench_hosts=hosts)
@@ -50,9 +52,10 @@ def test_live_validate_checks_the_captures_benches_them_and_exits_3_for_an_unrea
     assert cli.main(["validate", "inventory/example.yml", "--json", str(tmp_path / "r.json")]) == 3
     err = capsys.readouterr().err
     assert "gpu-a02: unreachable: ssh: no route\n" in err and "gpu-a03: collect failed: python3 missing\n" in err
+    assert "note:" not in err  # the live hosts' desired state comes from the inventory
     assert live["sources"] == ["inventory/example.yml"] and live["timeout"] == 30
     assert live["out"].name.startswith("kvprov-validate-") and not live["out"].exists()  # not kept
-    assert live["bench_hosts"] == HOST
+    assert live["bench_hosts"] == f"{HOST},kvlab-c1"
     ids = {r["id"] for r in results(tmp_path / "r.json")}
     assert {"mount.present", "engine.gpu0-3.state", "bench.aggregate.write"} <= ids
 
@@ -76,5 +79,5 @@ def test_engine_roundtrip_runs_on_the_captured_hosts(live, tmp_path, monkeypatch
     rc = cli.main(["validate", "inventory/example.yml", "--no-bench", "--engine-roundtrip", "--json",
                    str(tmp_path / "r.json")])
     assert rc == 3  # gpu-a02 unreachable
-    assert live["roundtrip"] == (["inventory/example.yml"], HOST)
+    assert live["roundtrip"] == (["inventory/example.yml"], f"{HOST},kvlab-c1")
     assert "engine.gpu0-3.roundtrip" in {r["id"] for r in results(tmp_path / "r.json")}
