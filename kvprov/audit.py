@@ -47,7 +47,7 @@ from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result, res, show
 MANAGED_DIRS = "managed_dirs.json"
 VENVS = "venvs.json"
 # Configuration checks shared with validate: the live mount and its persistence.
-MOUNT_CHECKS = ("mount.present", "mount.source", "mount.options", "mount.transport", "mount.unit")
+MOUNT_CHECKS = ("mount.present", "mount.source", "mount.options", "mount.lookupcache", "mount.transport", "mount.unit")
 MAX_DIFF_LINES = 60
 
 
