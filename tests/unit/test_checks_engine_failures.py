@@ -6,11 +6,10 @@ environment are read from, the storage directory's settings and captures, the un
 import json
 
 from kvprov.validate import bundle as bf
-from kvprov.validate import evaluate as ev
-from kvprov.validate.bundle import Bundle
 from kvprov.validate.checks.engine import flag, json_flag
 from kvprov.validate.result import FAIL, PASS, SKIP, WARN
 from tests.conftest import FIXTURES
+from tests.unit.test_validate_context_captures import one_check
 from tests.unit.test_validate_engines import VLLM_METRICS, EngineBundle, edit_json_flag, prometheus, vllm_unit
 
 ROOT = FIXTURES / "bundles/gpu_a01"
@@ -42,9 +41,7 @@ def edited(**changes) -> dict:
 
 
 def result(files: dict, suffix: str, instance: str = "gpu0-3"):
-    b = Bundle(files=files)
-    [r] = [r for r in ev.evaluate(b, bf.load_desired(b)) if r.id == f"engine.{instance}.{suffix}"]
-    return r
+    return one_check(files, f"engine.{instance}.{suffix}")
 
 
 def storage_dirs(**entry) -> dict:

@@ -10,6 +10,7 @@ from kvprov.validate import evaluate as ev
 from kvprov.validate.bundle import Bundle
 from kvprov.validate.result import FAIL, PASS, SKIP, WARN
 from tests.conftest import FIXTURES
+from tests.unit.test_validate_context_captures import one_check
 from tests.unit.test_validate_engines import EngineBundle
 
 ROOT = FIXTURES / "bundles/gpu_a01"
@@ -42,7 +43,7 @@ def run(files: dict) -> dict:
 
 
 def one(files: dict, check_id: str):
-    r = run(files)[check_id]
+    r = one_check(files, check_id)
     return r.status, r.expected, r.found, r.fix
 
 

@@ -7,6 +7,7 @@ from kvprov.validate import evaluate as ev
 from kvprov.validate.bundle import Bundle
 from kvprov.validate.result import FAIL, PASS, WARN
 from tests.conftest import FIXTURES
+from tests.unit.test_validate_context_captures import one_check
 
 ROOT = FIXTURES / "bundles/gpu_a01"
 FILES = {str(p.relative_to(ROOT)): p.read_bytes() for p in ROOT.rglob("*") if p.is_file()}
@@ -21,8 +22,7 @@ def run(check_id: str, drop: tuple[str, ...] = (), **text):
     files = {k: v for k, v in FILES.items() if k not in drop}
     for name, value in text.items():
         files[{"links": bf.RDMA_LINK, "modules": bf.MODULES, "mountinfo": bf.MOUNTINFO}[name]] = value.encode()
-    b = Bundle(files=files)
-    [r] = [r for r in ev.evaluate(b, bf.load_desired(b)) if r.id == check_id]
+    r = one_check(files, check_id)
     return r.status, r.expected, r.found, r.fix
 
 

@@ -17,8 +17,8 @@ from kvprov.validate.checks import bundle as bundle_checks
 from kvprov.validate.checks.engine import engine_health
 from kvprov.validate.checks.mount import mount_present
 from kvprov.validate.collect import _safe_name
-from kvprov.validate.context import CHECKS, Context, under
-from kvprov.validate.result import FAIL, PASS
+from kvprov.validate.context import CHECKS, INSTANCE_CHECKS, Context, run_check, under
+from kvprov.validate.result import FAIL, PASS, Result
 from tests.conftest import FIXTURES
 
 
@@ -34,6 +34,19 @@ LOCAL = files_of("local_c1")
 def results(files: dict) -> dict:
     b = Bundle(files=files)
     return {r.id: r for r in ev.evaluate(b, bf.load_desired(b))}
+
+
+def one_check(files: dict, check_id: str) -> Result:
+    """The result of one check of a bundle, run as evaluate runs it (the others are not run)."""
+    b = Bundle(files=files)
+    c = Context(b, bf.load_desired(b))
+    for cid, category, fn in CHECKS:
+        if cid == check_id:
+            return run_check(cid, category, lambda: fn(c))
+    _, name, suffix = check_id.split(".")
+    inst = next(i for i in c.d.instances if i.name == name)
+    fn = dict(INSTANCE_CHECKS)[suffix]
+    return run_check(check_id, "engine", lambda: fn(c, inst))
 
 
 def with_json(files: dict, name: str, drop=(), **values) -> dict:
@@ -115,6 +128,13 @@ def test_unit_names_are_checked_before_the_unit_file_is_looked_up():
 
 
 # ---------------------------------------------------------------------------- the registry, evaluate_bundle
+
+def test_one_check_alone_gives_what_the_whole_evaluation_gives():
+    for files in (GPU_HOST, LOCAL):
+        for r in list(results(files).values())[:-1]:  # all but the summary
+            alone = one_check(files, r.id)
+            assert (alone.id, alone.category, alone.status, alone.found) == (r.id, r.category, r.status, r.found)
+
 
 def test_each_result_is_in_the_category_its_id_starts_with():
     rs = results(GPU_HOST)
