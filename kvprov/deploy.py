@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
     inventory.add_inventory_args(p)
     p.add_argument("--check", action="store_true", help="dry run (Ansible check mode with diff): change nothing")
     p.add_argument("--diff", action="store_true", help="show file diffs")
-    p.add_argument("--limit", help="Ansible host pattern")
+    p.add_argument("--limit", help="Ansible host pattern; @FILE: the patterns in FILE, one a line (a retry file)")
     p.add_argument("--tags", help="only these role tags (e.g. nixl,sglang)")
     p.add_argument("--allow-remount", action="store_true",
                    help="remount the KV mount when its live options differ (only if nothing uses it)")
@@ -57,7 +57,7 @@ def cmd_deploy(args) -> int:
                             tags=args.tags, check=args.check, diff=args.diff or args.check)
     if args.diff or args.check:
         print(runner.format_diffs(result) or "\nno file would change" if args.check else runner.format_diffs(result))
-    runner.print_summary(result)
+    runner.print_summary(result, rerun=["deploy", *(["--check"] if args.check else []), *inventory.argv(sources)])
     if args.json:
         runner.write_json(result, args.json)
     return exit_code(result)

@@ -176,6 +176,32 @@ def from_args(args) -> list[str]:
     return given
 
 
+def argv(sources: list[str]) -> list[str]:
+    """The sources as command-line words again: the first as INVENTORY, the rest as -i SOURCE."""
+    return [*sources[:1], *(w for s in sources[1:] for w in ("-i", s))]
+
+
+def limit_patterns(limit: str | None) -> str | None:
+    """An Ansible --limit with each `@FILE` replaced by the patterns in FILE (one a line, blank
+    lines ignored), as ansible-playbook reads it, but relative to kvprov's own working directory;
+    a missing or empty file is a usage error."""
+    if not limit:
+        return limit
+    patterns = []
+    for part in limit.split(","):
+        if not part.startswith("@"):
+            patterns.append(part)
+            continue
+        try:
+            lines = [line.strip() for line in Path(part[1:]).read_text().splitlines()]
+        except OSError as e:
+            raise KvprovError(f"--limit {part}: cannot read the file: {e.strerror}", EXIT_USAGE) from None
+        if not any(lines):
+            raise KvprovError(f"--limit {part}: the file names no host", EXIT_USAGE)
+        patterns += [line for line in lines if line]
+    return ",".join(patterns)
+
+
 def source_list(inventory: str | Path | list[str | Path]) -> list[str]:
     """One source or several, as a list of strings."""
     return [str(s) for s in (inventory if isinstance(inventory, list) else [inventory])]

@@ -6,13 +6,15 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
+import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kvprov import paths
-from kvprov.inventory import source_list
+from kvprov.inventory import limit_patterns, source_list
 
 
 @dataclass
@@ -131,6 +133,7 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
     import ansible_runner
 
     stream = stream or sys.stderr
+    limit = limit_patterns(limit)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     private = runs_dir() / f"{stamp}-{name}-{os.getpid()}"
     private.mkdir(parents=True, exist_ok=True)
@@ -191,7 +194,70 @@ def format_diffs(result: RunResult) -> str:
     return "\n".join(out)
 
 
-def print_summary(result: RunResult, stream=None) -> None:
+# What differs between hosts failing for the same reason: addresses, ports, times, the host's name.
+_VARIABLE = [(re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b"), "ADDR"),
+             (re.compile(r"(?<![\w:])(?:[0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{0,4}(?![\w:])"), "ADDR"),
+             (re.compile(r"\bport \d+"), "port N"),
+             (re.compile(r"(?<=ADDR|HOST):\d+\b"), ":N")]
+
+
+def normalise(message: str, hosts: list[str]) -> str:
+    """The message with host names, addresses and ports replaced: the same error on different
+    hosts reads the same."""
+    for name in sorted(hosts, key=len, reverse=True):
+        message = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", "HOST", message)
+    for pattern, word in _VARIABLE:
+        message = pattern.sub(word, message)
+    return message
+
+
+def failure_groups(result: RunResult) -> list[tuple[str, list[str], str]]:
+    """(what, hosts, one original message) per reason: unreachable, or a task that failed, with
+    the same normalised message; the largest group first."""
+    names = sorted({*result.hosts, *(f.host for f in result.failures)})
+    groups: dict[tuple[str, str], tuple[list[str], str]] = {}
+    for f in sorted(result.failures, key=lambda f: f.host):
+        what = "unreachable" if f.unreachable else f"task '{f.task}' failed"
+        hosts, _ = groups.setdefault((what, normalise(f.message, names)), ([], f.message))
+        if f.host not in hosts:
+            hosts.append(f.host)
+    return sorted(((what, hosts, example) for (what, _), (hosts, example) in groups.items()),
+                  key=lambda g: (-len(g[1]), g[0]))
+
+
+def format_failures(result: RunResult, shown: int = 8) -> str:
+    """One line per reason, naming the hosts (the first `shown` of them); every host's own message
+    is in the run's artifacts and in `--json`."""
+    lines = []
+    for what, hosts, example in failure_groups(result):
+        if hosts == ["-"]:  # ansible-playbook itself stopped
+            lines.append(f"{what}: {example}")
+            continue
+        more = f" (+{len(hosts) - shown} more)" if len(hosts) > shown else ""
+        lines.append(f"{what} ({len(hosts)} host{'s' if len(hosts) > 1 else ''}): {example} \u2014 "
+                     f"{', '.join(hosts[:shown])}{more}")
+    return "\n".join(lines)
+
+
+def retry_hosts(result: RunResult) -> list[str]:
+    return sorted({*result.failed, *result.unreachable, *(f.host for f in result.failures)} - {"-"})
+
+
+def write_retry(result: RunResult, command: str) -> Path | None:
+    """As Ansible's retry files: the failed and unreachable hosts, one a line, in
+    $XDG_STATE_HOME/kvprov/retry/COMMAND.retry (`--limit @FILE` reads it); None when no host failed."""
+    hosts = retry_hosts(result)
+    if not hosts:
+        return None
+    path = paths.state_dir() / "retry" / f"{command}.retry"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{h}\n" for h in hosts))
+    return path
+
+
+def print_summary(result: RunResult, stream=None, rerun: list[str] | None = None) -> None:
+    """The per-host table, the failures grouped by reason and, given the command's words
+    (`rerun`, e.g. deploy INVENTORY), a retry file with the failed hosts and how to rerun them."""
     stream = stream or sys.stdout
     if result.hosts:
         width = max(12, *(len(h) for h in result.hosts))
@@ -200,7 +266,9 @@ def print_summary(result: RunResult, stream=None) -> None:
         for h in sorted(result.hosts):
             s = result.hosts[h]
             print(f"{h:{width}}  {s.ok:5} {s.changed:7} {s.failed:6} {s.unreachable:11} {s.skipped:7}", file=stream)
-    for f in result.failures:
-        what = "unreachable" if f.unreachable else f"task '{f.task}' failed"
-        print(f"\n{f.host}: {what}:\n  {f.message}", file=stream)
+    if result.failures:
+        print(f"\n{format_failures(result)}", file=stream)
+    retry = write_retry(result, rerun[0]) if rerun else None
+    if retry:
+        print(f"\nrerun the failed hosts: kvprov {shlex.join([*rerun, '--limit', f'@{retry}'])}", file=stream)
     print(f"\nartifacts: {result.artifacts}  ({result.seconds:.1f}s)", file=stream)
