@@ -348,7 +348,7 @@ def cmd_audit(args) -> int:
     with lock.inventory_lock(sources, "audit --fix"):
         deployed = runner.run("site.yml", sources, name="audit-fix", extravars=extravars,
                               limit=",".join(hosts))
-    runner.print_summary(deployed, sys.stderr)
+    runner.print_summary(deployed, sys.stderr, rerun=["audit", "--fix", *inventory.argv(sources)])
     again, again_gauges = gather(sources, ",".join(hosts), args.timeout)
     after = [r for r in results if r.host not in hosts] + again
     _outputs(args, after, [g for g in gauges if dict(g.labels)["host"] not in hosts] + again_gauges)

@@ -81,9 +81,10 @@ def add_parser(sub) -> None:
 def cmd_collect(args) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise KvprovError(f"--out {args.out} is not a directory", EXIT_USAGE)
-    result = collect(inventory.from_args(args), args.out, args.limit, timeout=args.timeout)
+    sources = inventory.from_args(args)
+    result = collect(sources, args.out, args.limit, timeout=args.timeout)
     for host in sorted(result.captured):
         print(f"{args.out / host}")
     if result.failures:
-        runner.print_summary(result, sys.stderr)
+        runner.print_summary(result, sys.stderr, rerun=["collect", *inventory.argv(sources), "--out", str(args.out)])
     return EXIT_UNREACHABLE if result.unreachable else (EXIT_OK if not result.failures else 1)

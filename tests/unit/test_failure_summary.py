@@ -89,7 +89,8 @@ def test_a_playbook_that_stopped_is_shown_as_it_is(tmp_path):
 
 
 @pytest.mark.parametrize("message, normal", [
-    ("ssh: connect to host 10.0.0.7 port 22: Connection refused", "ssh: connect to host ADDR port N: Connection refused"),
+    ("ssh: connect to host 10.0.0.7 port 22: Connection refused",
+     "ssh: connect to host ADDR port N: Connection refused"),
     ("ssh: connect to host fe80::1:2 port 2222: No route", "ssh: connect to host ADDR port N: No route"),
     ("gpu7: mount 10.0.0.5:/kv failed", "HOST: mount ADDR:/kv failed"),
     ("gpu7.example.com:8000 refused", "HOST:N refused"),

@@ -74,7 +74,7 @@ CLOSED = """
 
 
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook not installed")
-def test_deploy_writes_the_retry_file_and_limit_at_file_reruns_exactly_those_hosts(tmp_path, monkeypatch):
+def test_a_deploy_writes_the_retry_file_and_limit_at_it_reruns_exactly_those_hosts(tmp_path, monkeypatch):
     """Real ansible-playbook, real ssh: the hosts are closed ports on 127.0.0.1, so they are
     unreachable for real. The first run is limited to c1 and c3 (different ports, one reason)."""
     inv = write(tmp_path / "closed.yml", CLOSED)
@@ -97,3 +97,9 @@ def test_deploy_writes_the_retry_file_and_limit_at_file_reruns_exactly_those_hos
     assert sorted(report["hosts"]) == ["c1", "c3"]
     assert sorted(f["host"] for f in report["failures"]) == ["c1", "c3"]
     assert all("Connection refused" in f["message"] for f in report["failures"])
+
+    # collect takes the same file, and writes its own retry file with the same hosts
+    collected = kvprov("collect", str(inv), "--out", str(tmp_path / "bundles"), "--limit", f"@{retry}", timeout=300)
+    assert collected.returncode == EXIT_UNREACHABLE, collected.stdout + collected.stderr
+    assert (tmp_path / "state/kvprov/retry/collect.retry").read_text() == "c1\nc3\n"
+    assert "unreachable (2 hosts): " in collected.stderr
