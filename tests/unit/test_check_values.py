@@ -50,9 +50,10 @@ def test_a_template_with_only_statements_is_left_to_ansible():
     assert not check.is_template("100%") and not check.is_template({"{{": 1})
 
 
-def test_wsize_and_rsize_in_the_extra_options_name_their_variables():
-    assert [f.message.split(": ")[0] for f in check.extra_options(["rsize=65536,wsize=65536"])] == [
-        '"rsize=65536" is set by kvprov_storage_rsize', '"wsize=65536" is set by kvprov_storage_wsize']
+def test_extra_options_a_variable_sets_name_that_variable():
+    assert [f.message.split(": ")[0] for f in check.extra_options(["rsize=65536,wsize=65536", "lookupcache=none"])] == [
+        '"rsize=65536" is set by kvprov_storage_rsize', '"wsize=65536" is set by kvprov_storage_wsize',
+        '"lookupcache=none" is set by kvprov_storage_lookupcache']
 
 
 def test_the_storage_server_is_an_address_without_path_or_colon():
