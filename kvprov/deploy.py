@@ -13,7 +13,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("deploy", help="converge GPU nodes: storage mount, RDMA, GDS, NIXL, SGLang unit",
                        description="Check the inventory, then run playbooks/site.yml on the gpu_nodes group "
                                    "through ansible-runner. Exit 0 ok, 1 a task failed, 2 bad inventory, "
-                                   "3 unreachable hosts.")
+                                   "3 unreachable hosts (also when others failed a task). Failed and unreachable "
+                                   "hosts are written to a retry file for --limit @FILE.")
     inventory.add_inventory_args(p)
     p.add_argument("--check", action="store_true", help="dry run (Ansible check mode with diff): change nothing")
     p.add_argument("--diff", action="store_true", help="show file diffs")
@@ -64,7 +65,8 @@ def cmd_deploy(args) -> int:
 
 
 def exit_code(result: runner.RunResult) -> int:
-    """3 unreachable, 6 when the only failures are hosts another run holds, 1 other failures."""
+    """3 unreachable (whatever else failed), 6 when the only failures are hosts another run holds,
+    1 other failures."""
     if result.unreachable:
         return EXIT_UNREACHABLE
     if result.failures and all(f.task == HOST_LOCK_TASK for f in result.failures):
