@@ -25,7 +25,7 @@ def test_each_check_is_reported_under_its_category():
     results = run(files_of("lab_gpu1"))
     assert {i.split(":")[0]: r.category for i, r in results.items()} == {
         "mount.present": "mount", "mount.source": "mount", "mount.options": "mount", "mount.transport": "mount",
-        "mount.unit": "mount", "file": "file", "extra": "file", "unit": "unit", "package": "package",
+        "mount.unit": "mount", "mount.lookupcache": "mount", "file": "file", "extra": "file", "unit": "unit", "package": "package",
         "venv": "venv", "storage_dir": "engine"}
 
 
