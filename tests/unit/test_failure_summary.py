@@ -53,6 +53,8 @@ def test_ten_unreachable_and_five_failed_hosts_make_two_lines(tmp_path):
         "gpu000, gpu010, gpu020, gpu030, gpu040, gpu050, gpu060, gpu070 (+2 more)",
         f"task '{MOUNT}' failed (5 hosts): {groups[1][2]} \u2014 gpu003, gpu017, gpu044, gpu058, gpu071",
     ]
+    assert runner.format_failures(result, shown=5).splitlines()[1].endswith(" \u2014 gpu003, gpu017, gpu044, "
+                                                                           "gpu058, gpu071")  # all shown: no (+0 more)
 
 
 def test_print_summary_prints_the_table_then_the_groups_not_a_block_per_host(tmp_path):
@@ -95,6 +97,7 @@ def test_a_playbook_that_stopped_is_shown_as_it_is(tmp_path):
     ("gpu7: mount 10.0.0.5:/kv failed", "HOST: mount ADDR:/kv failed"),
     ("gpu7.example.com:8000 refused", "HOST:N refused"),
     ("gpu70 is not gpu7", "gpu70 is not HOST"),  # a longer name that only starts with a host's name stays
+    ("rack-gpu7 is not gpu7", "rack-gpu7 is not HOST"),  # and one that ends with it
 ])
 def test_normalise_replaces_host_names_addresses_and_ports(message, normal):
     assert runner.normalise(message, ["gpu7", "gpu7.example.com"]) == normal
@@ -133,3 +136,14 @@ def test_deploy_exits_3_for_a_mix_of_unreachable_and_failed_hosts_1_for_failed_o
     for host in UNREACHABLE:
         result.hosts[host] = runner.HostSummary(ok=20)
     assert deploy.exit_code(result) == EXIT_CHECKS_FAILED
+
+
+def test_a_host_that_fails_twice_for_one_reason_counts_once(tmp_path):
+    """A rescued task's failure is reported too (runner_on_failed), so one host can fail twice."""
+    result = runner.RunResult(rc=2, artifacts=tmp_path)
+    result.failures = [runner.Failure("a", MOUNT, "a: No route to host"),
+                       runner.Failure("a", MOUNT, "a: No route to host"),
+                       runner.Failure("b", MOUNT, "b: No route to host")]
+    assert [(what, hosts) for what, hosts, _ in runner.failure_groups(result)] == [(f"task '{MOUNT}' failed",
+                                                                                   ["a", "b"])]
+    assert runner.retry_hosts(result) == ["a", "b"]

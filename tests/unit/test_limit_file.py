@@ -39,6 +39,12 @@ def test_a_missing_or_empty_file_is_a_usage_error_naming_it(tmp_path, text, why)
     assert e.value.exit_code == EXIT_USAGE and f"--limit @{path}: {why}" in str(e.value)
 
 
+def test_the_sources_become_command_line_words_again():
+    assert inventory.argv(["a.yml"]) == ["a.yml"]
+    assert inventory.argv(["a.yml", "b dir", "c.ini"]) == ["a.yml", "-i", "b dir", "-i", "c.ini"]
+    assert inventory.argv([]) == []
+
+
 def commands_with_limit() -> list[str]:
     sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     return sorted(name for name, p in sub.choices.items() if any("--limit" in a.option_strings for a in p._actions))
