@@ -359,3 +359,12 @@ def test_a_storage_dir_off_the_mount_is_reported_at_its_own_line():
         "kvprov_engine_instances", yaml.safe_load(text)["kvprov_engine_instances"], inventory.Origin("inv.yml", 1),
         yaml.compose(text).value[0][1])
     assert [(p.line, p.message.split(":")[0]) for p in check.check_host_values(h, SPECS)] == [(4, "instance c")]
+
+
+def test_lmcache_driven_transfers_need_a_gpu_worker():
+    error = ("error kvprov_lmcache_mp_transfer_mode: lmcache_driven makes a CPU vLLM worker hang at start for ever (no "
+             "handler for register_kv_cache_engine_driven_context): use auto")
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_transfer_mode="lmcache_driven",
+                    kvprov_engine_require_gpu=False) == [error]
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_transfer_mode="lmcache_driven") == []
+    assert problems(kvprov_engine="lmcache_mp", kvprov_engine_require_gpu=False) == []
