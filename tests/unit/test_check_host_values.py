@@ -187,7 +187,10 @@ def test_a_setting_only_another_engine_reads_is_a_warning():
     # the vllm role's variables and the LMCache version: every vLLM engine reads them, SGLang none
     assert owners("sglang_hicache", kvprov_vllm_block_size=32, kvprov_lmcache_version="0.5.5") == [
         "kvprov_lmcache_version: only engine a vLLM engine", "kvprov_vllm_block_size: only engine a vLLM engine"]
-    assert owners("lmcache_mp", kvprov_vllm_block_size=32, kvprov_lmcache_version="0.5.5") == []
+    vllm = dict(kvprov_vllm_block_size=32, kvprov_lmcache_version="0.5.5")
+    for engine in ("lmcache_mp", "lmcache_inproc", "vllm_baseline"):
+        assert owners(engine, **vllm) == [], engine
+    assert owners("vllm_offload", **vllm, kvprov_vllm_offload_cpu_bytes_to_use=1 << 30) == []
 
 
 def test_lmcache_mp_server_ports_are_its_own_and_unique_on_the_host():
@@ -368,3 +371,12 @@ def test_lmcache_driven_transfers_need_a_gpu_worker():
                     kvprov_engine_require_gpu=False) == [error]
     assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_transfer_mode="lmcache_driven") == []
     assert problems(kvprov_engine="lmcache_mp", kvprov_engine_require_gpu=False) == []
+
+
+def test_cuda_visible_devices_are_indexes_or_uuids_separated_by_commas():
+    def devices(value: str) -> list[str]:
+        return problems(kvprov_engine_instances=[{"name": "a", "port": 8000, "cuda_visible_devices": value}])
+
+    assert devices("0,1") == devices("GPU-8f3c2a1e-0b1d") == devices("") == []
+    assert devices("0;1") == ['error kvprov_engine_instances: instance a: cuda_visible_devices "0;1" must be GPU indexes '
+                              'or UUIDs separated by commas, e.g. "0,1"']
