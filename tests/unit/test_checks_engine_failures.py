@@ -323,3 +323,32 @@ def test_a_unit_file_without_exec_start_is_unusable_when_nothing_else_shows_the_
     r = result(edited(show=[(show_line, "")], unit_file=[("ExecStart=", "ExecStartPre=")]), "unit")
     assert (r.status, r.found, r.fix) == (
         FAIL, f"{UNIT_FILE}: unusable: no ExecStart= in [Service] (systemd refuses to start it)", DEPLOY)
+
+
+def test_state_failed_or_restarted_once_while_stopped_fails():
+    for active, sub, restarts in (("failed", "failed", "0"), ("inactive", "dead", "1")):
+        assert state(("ActiveState=active", f"ActiveState={active}"), ("SubState=running", f"SubState={sub}"),
+                     ("NRestarts=0", f"NRestarts={restarts}"))[:3] == (
+            FAIL, "active (running)", f"{UNIT}: ActiveState={active} SubState={sub} NRestarts={restarts}: failed or "
+                                      "in a restart loop")
+
+
+def test_storage_dir_capacity_figures_of_the_volume_or_the_directory_alone():
+    def found(**usage):
+        files = dict(FILES)
+        data = json.loads(files["storage_dirs.json"])
+        if "volume" in usage:
+            data["mount_point"]["usage"] = usage["volume"]
+        if "directory" in usage:
+            data["instances"]["gpu0-3"]["usage"] = usage["directory"]
+        files["storage_dirs.json"] = json.dumps(data).encode()
+        r = result(files, "storage_dir")
+        return r.status, r.found
+
+    volume = {"size_bytes": 1 << 40, "used_bytes": 1 << 39, "inodes": 1000, "inodes_used": 10}
+    where = f"{DIR} (sglang:sglang 0750) on nfs4 192.168.10.11:/kvcache_vol1"
+    assert found(volume=volume) == (WARN, f"{where}; volume 50.0% of 1.0 TiB used, inodes 1.0% of 1000; could not "
+                                          "measure the directory: no figures")
+    assert found(directory={"bytes": 2048, "files": 2}) == (
+        WARN, f"{where}; directory 2.0 KiB in 2 files; could not measure the volume: no figures")
+    assert found(directory=[1, 2]) == (FAIL, "storage_dirs.json: instances.gpu0-3.usage is not an object")

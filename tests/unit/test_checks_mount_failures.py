@@ -232,3 +232,19 @@ def test_a_local_directory_skips_the_nfs_checks_expecting_nothing():
 def test_lookupcache_skips_an_engine_without_kv_files_on_the_mount(tmp_path):
     r = EngineBundle(tmp_path, "vllm_baseline").results()["mount.lookupcache"]
     assert (r.status, r.expected, r.found) == (SKIP, "", "engine vllm_baseline keeps no KV files on /mnt/kvcache")
+
+
+def test_unit_without_options_where_the_inventory_asks_none_shows_them_empty():
+    options = next(x for x in FILES[UNIT_FILE].decode().splitlines(keepends=True) if x.startswith("Options="))
+    files = edit(storage(options=[]), UNIT_FILE, (options, ""))
+    status, _, found, _ = one(files, "mount.unit")
+    assert (status, found) == (PASS, f"What={SOURCE} Options= UnitFileState=enabled")
+
+
+def test_local_directory_without_a_device_shows_it_empty():
+    root = FIXTURES / "bundles/local_c1"
+    files = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    data = json.loads(files["storage_dirs.json"])
+    del data["mount_point"]["device"]
+    files["storage_dirs.json"] = json.dumps(data).encode()
+    assert one(files, "mount.local_dir")[2] == "/srv/kvcache on overlay "

@@ -95,3 +95,11 @@ def test_a_tcp_profile_skips_the_rdma_checks_expecting_nothing():
     for check_id in ("rdma.module", "rdma.link"):
         assert (rs[check_id].status, rs[check_id].expected, rs[check_id].found) == (
             "skip", "", "storage profile netapp_pnfs_rdma does not use RDMA")
+
+
+def test_no_interface_holding_the_mounts_address_is_said():
+    ip = FILES["ip_addr.txt"].decode().replace("192.168.10.101/24", "192.168.10.109/24")
+    files = {**FILES, "ip_addr.txt": ip.encode()}
+    assert one_check(files, "rdma.link").expected == (
+        "every RDMA port ACTIVE (which one carries the mount is not known: no interface holds 192.168.10.101 "
+        "(ip_addr.txt))")
