@@ -248,3 +248,7 @@ def test_local_directory_without_a_device_shows_it_empty():
     del data["mount_point"]["device"]
     files["storage_dirs.json"] = json.dumps(data).encode()
     assert one(files, "mount.local_dir")[2] == "/srv/kvcache on overlay "
+
+
+def test_local_dir_skips_an_nfs_profile_expecting_nothing():
+    assert one(FILES, "mount.local_dir") == (SKIP, "", "storage profile netapp_pnfs_rdma: see mount.present", "")
