@@ -458,14 +458,15 @@ def load(sources: str | Path | list[str | Path], roles: Path | None = None,
     given = source_list(sources)
     ctx = _Context(_Shown(given))
     _lint(given, ctx)
+    # absolute, as Ansible's own commands pass them: its vars plugins cache group_vars/ by path
+    absolute = [os.path.abspath(s) if os.path.exists(s) else s for s in given]
     try:
-        loader, manager, variables = _ansible(given)
+        loader, manager, variables = _ansible(absolute)
     except InventoryError as e:  # Ansible refuses the inventory: kvprov's lint may say why, line by line
         if any(p.severity == "error" for p in ctx.issues):
             raise InventoryError(e.detail, e.file, e.line, e.column, ctx.issues) from None
         raise
     where = describe(given)
-    absolute = [os.path.abspath(s) if os.path.exists(s) else s for s in given]
 
     def plugin_vars(entity) -> dict:  # group_vars/, host_vars/ and other vars plugins, as a play sees them
         return get_vars_from_inventory_sources(loader, absolute, [entity], "task")
@@ -496,12 +497,13 @@ def load(sources: str | Path | list[str | Path], roles: Path | None = None,
     set_somewhere = {s.var.name for s in settings}
 
     def layers(name: str, host_groups: list[str]) -> list[Var]:
-        """Where a host's values can come from, lowest first, as in VariableManager: the
-        inventory's all, group_vars/all, the other groups' inventory vars, their group_vars/,
-        the host's inventory vars, host_vars/. Used only to say where the winner was set."""
+        """Where a host's values can come from, lowest first, as in VariableManager (its
+        default VARIABLE_PRECEDENCE): the inventory's all, the other groups' inventory vars,
+        group_vars/all, the other groups' group_vars/, the host's inventory vars, host_vars/.
+        Used only to say where the winner was set."""
         others = [g for g in host_groups if g != "all"]
-        return [*groups["all"].vars.values(), *group_files["all"],
-                *(v for g in others for v in groups[g].vars.values()), *(v for g in others for v in group_files[g]),
+        return [*groups["all"].vars.values(), *(v for g in others for v in groups[g].vars.values()),
+                *group_files["all"], *(v for g in others for v in group_files[g]),
                 *host_vars[name], *host_files[name]]
 
     def host(name: str) -> Host:
