@@ -35,6 +35,11 @@ REQUIRED_TOOLS = {  # command -> Debian package
     "ip": "iproute2",
 }
 CONTAINER_TOOLS = {"systemd-nspawn": "systemd-container"}
+# Every container's systemd, journald and logind hold inotify instances (about 5 each), all
+# counted against root: the kernel's default of 128 stops the 24th or so container from
+# booting (no ssh, an empty console). `up` raises the limit for the lab; `down` restores it.
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_PER_CONTAINER = 16
 
 
 def state_path() -> Path:
@@ -210,6 +215,8 @@ def up(clients: int = 1, containers: int = 0, progress: Progress | None = None) 
         save_state(state)
 
     # Containers first: they boot in about a second while the CPUs are still free.
+    if topo.containers:
+        _raise_inotify_limit(state, 128 + INOTIFY_PER_CONTAINER * topo.containers, progress)
     for c in topo.container_hosts:
         state["netns"].append(c.name)
         state["mounts"].append(c.name)
@@ -243,11 +250,47 @@ def up(clients: int = 1, containers: int = 0, progress: Progress | None = None) 
     for h in state["hosts"]:
         del h["started"]  # monotonic clock values mean nothing to a later process
     Path(state["inventory"]).write_text(inventory.render(topo))
+    if topo.containers:
+        used = [container_memory(h["pid"]) for h in state["hosts"] if h["kind"] == "container"]
+        progress(f"memory: {sum(used) / len(used) / 2**20:.0f} MiB per container on average "
+                 f"(PSS; {sum(used) / 2**30:.1f} GiB for {len(used)})")
     state["ready"] = True
     state["up_seconds"] = round(time.monotonic() - t0, 1)
     save_state(state)
     progress(f"lab up in {state['up_seconds']:.0f}s; inventory: {state['inventory']}")
     return state
+
+
+def _raise_inotify_limit(state: dict, want: int, progress: Progress) -> None:
+    old = int(INOTIFY_INSTANCES.read_text())
+    if old >= want:
+        return
+    state["inotify_instances"] = old  # recorded before the change: `down` puts it back
+    save_state(state)
+    INOTIFY_INSTANCES.write_text(f"{want}\n")
+    progress(f"fs.inotify.max_user_instances {old} -> {want} for {state['topology']['containers']} "
+             "containers (restored by `kvprov lab down`)")
+
+
+def container_memory(pid: int) -> int:
+    """Bytes of memory (PSS) of an nspawn process and everything below it: one container."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        try:
+            rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) * 1024 for line in rollup.splitlines() if line.startswith("Pss:")), 0)
+    return total
 
 
 def status() -> dict | None:
@@ -308,6 +351,9 @@ def down(progress: Progress | None = None) -> list[str]:
         removed += container.unmount(rundir, containers[name])
     for name in state.get("netns", []):
         removed += container.netns_down(containers[name])
+    if "inotify_instances" in state:
+        INOTIFY_INSTANCES.write_text(f"{state['inotify_instances']}\n")
+        removed.append(f"fs.inotify.max_user_instances back to {state['inotify_instances']}")
     shutil.rmtree(rundir)
     removed.append(f"dir {rundir}")
     progress(f"lab down: removed {len(removed)} resource(s)")
