@@ -13,7 +13,7 @@ import pytest
 from kvprov import cli, inventory, lock
 from kvprov.errors import EXIT_BUSY, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from tests.conftest import FIXTURES, ROOT, kvprov
-from tests.unit.test_inventory import ansible_inventory_list, untag, write
+from tests.unit.test_inventory import ansible_inventory_list, assert_same_as_ansible_inventory, untag, write
 
 needs_ansible_inventory = pytest.mark.skipif(shutil.which("ansible-inventory") is None,
                                              reason="ansible-inventory not installed")
@@ -56,26 +56,6 @@ def sources(*argv: str) -> list[str]:
     return inventory.from_args(cli.build_parser().parse_args(["check", *argv]))
 
 
-def assert_same_as_ansible_inventory(given: list[str]) -> inventory.Inventory:
-    """kvprov's hosts, groups and merged values for the sources are ansible-inventory's."""
-    inv = inventory.load(given)
-    listed = ansible_inventory_list(given)
-    hostvars = listed.pop("_meta")["hostvars"]
-    for group, body in listed.items():
-        if group != "all":  # --list shows the hosts of all under ungrouped
-            assert inv.groups[group].hosts == body.get("hosts", []), group
-        assert sorted(inv.groups[group].children) == sorted(body.get("children", [])), group
-
-    def below(group: str) -> set[str]:
-        body = listed.get(group, {})
-        return {*body.get("hosts", []), *(h for child in body.get("children", []) for h in below(child))}
-
-    assert sorted(inv.host_names) == sorted(h for h in hostvars if h in below("gpu_nodes")) and inv.hosts
-    for host in inv.hosts:
-        assert {n: v.value for n, v in host.vars.items() if not v.origin.default} == untag(hostvars[host.name])
-    return inv
-
-
 def ansible_host_value(given: list[str], host: str, name: str):
     args = [a for s in given for a in ("-i", s)]
     out = subprocess.run(["ansible-inventory", *args, "--host", host], capture_output=True, text=True, check=True,
@@ -110,7 +90,7 @@ def test_every_inventory_command_takes_them_and_needs_one_unless_optional():
 @needs_ansible_inventory
 def test_an_ini_file_and_a_yaml_file_merge_as_ansible_inventory(two):
     hosts_ini, more_yml = two
-    inv = assert_same_as_ansible_inventory(sources(hosts_ini, "-i", more_yml))
+    inv = assert_same_as_ansible_inventory(sources(hosts_ini, "-i", more_yml), ordered=False)
     gpu1, gpu2 = inv.hosts
     assert gpu2.groups == ["all", "gpu_nodes", "rack_x"] and gpu1.groups == ["all", "gpu_nodes"]
     assert gpu1.value("kvprov_storage_export") == "/kvb" and gpu1.value("kvprov_storage_nconnect") == 4
@@ -133,7 +113,7 @@ def test_a_directory_and_a_constructed_source_merge_as_ansible_inventory(tmp_pat
     """)
     write(tmp_path / "inv/group_vars/gpu_nodes.yml", "kvprov_storage_export: /kvd\n")
     constructed = write(tmp_path / "groups.yml", (FIXTURES / "inventories/constructed/02-groups.yml").read_text())
-    inv = assert_same_as_ansible_inventory(sources(str(tmp_path / "inv"), "-i", str(constructed)))
+    inv = assert_same_as_ansible_inventory(sources(str(tmp_path / "inv"), "-i", str(constructed)), ordered=False)
     assert inv.host_names == ["node1", "node2"]
     node2 = inv.host("node2")
     assert node2.groups == ["all", "gpu_nodes", "rack_b"]
@@ -145,7 +125,7 @@ def test_a_directory_and_a_constructed_source_merge_as_ansible_inventory(tmp_pat
 def test_the_later_source_wins_for_the_same_variable(tmp_path, two):
     hosts_ini, more_yml = two
     for given, winner, line in (([hosts_ini, more_yml], more_yml, 5), ([more_yml, hosts_ini], hosts_ini, 6)):
-        gpu1 = assert_same_as_ansible_inventory(given).host("gpu1")
+        gpu1 = assert_same_as_ansible_inventory(given, ordered=False).host("gpu1")
         want = "/kvb" if winner == more_yml else "/kva"
         assert gpu1.value("kvprov_storage_export") == want == ansible_host_value(given, "gpu1", "kvprov_storage_export")
         assert str(gpu1.var("kvprov_storage_export").origin) == f"{winner}:{line}"
