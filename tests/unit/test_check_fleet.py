@@ -5,7 +5,10 @@ role defaults overlaid with its own values, every value it sets is a setting of 
 
 import argparse
 
+import pytest
+
 from kvprov import check, inventory
+from kvprov.errors import EXIT_USAGE, KvprovError
 from kvprov.inventory import Group, Host, Inventory, Origin, Problem, Setting, Var
 
 ROLES = inventory.roles_dir()
@@ -193,7 +196,7 @@ def test_the_summary_counts_errors_and_warnings():
     assert check.summary("inv.yml", ["h"], problems[1:]) == "inv.yml: 1 host(s) checked, 0 error(s), 2 warning(s): OK"
 
 
-def test_require_valid_returns_the_hosts_and_check_prints_indented_json(tmp_path, capsys):
+def test_require_valid_returns_the_hosts_or_stops_before_any_host_and_check_prints_indented_json(tmp_path, capsys):
     good = tmp_path / "good.yml"
     good.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        gpu1:\n"
                     "          kvprov_storage_server: 10.0.0.5\n")
@@ -203,3 +206,11 @@ def test_require_valid_returns_the_hosts_and_check_prints_indented_json(tmp_path
     args = parser.parse_args(["check", "--json", str(good)])
     assert args.func(args) == 0
     assert capsys.readouterr().out == '{\n  "ok": true,\n  "hosts": [\n    "gpu1"\n  ],\n  "problems": []\n}\n'
+    bad = tmp_path / "bad.yml"
+    bad.write_text(good.read_text().replace("10.0.0.5", "10.0.0.5:/kv"))
+    with pytest.raises(KvprovError) as e:
+        check.require_valid(str(bad))
+    assert e.value.exit_code == EXIT_USAGE
+    assert str(e.value) == (f"{bad}: 1 host(s) checked, 1 error(s), 0 warning(s): fix the errors before deploying; "
+                            "no host was contacted")
+    assert capsys.readouterr().err.startswith(f"{bad}:6: host gpu1: kvprov_storage_server: ")
