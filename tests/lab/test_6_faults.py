@@ -189,3 +189,40 @@ def test_links_planted_on_the_volume_where_probe_and_bench_write_touch_nothing_o
     results = results_of(tmp_path / "validate.json", "kvlab-gpu1")
     assert results["mount.io_probe"]["status"] == "fail" and "a link" in results["mount.io_probe"]["found"]
     assert results["bench.run"]["status"] == "fail" and "is a symbolic link" in results["bench.run"]["found"]
+
+
+def test_unreachable_and_failing_hosts_are_summarised_by_reason_and_rerun_from_the_retry_file(lab, tmp_path):
+    """Partial failure, in small: kvlab-c3 unreachable (a closed port in a copy of the
+    inventory), kvlab-c2 failing a task (a lock another controller holds, planted by this
+    test), kvlab-c1 fine. The others finish, each reason is one line naming its hosts, the
+    exit code is 3 (unreachable), the retry file names exactly c2 and c3, and `--limit @FILE`
+    reruns exactly those."""
+    inv = copy_inventory(lab, tmp_path / "partial/inventory.yml")
+    data = yaml.safe_load(inv.read_text())
+    data["all"]["children"]["gpu_nodes"]["children"]["lab_containers"]["hosts"]["kvlab-c3"]["ansible_port"] = 1
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    c2 = ("10.98.2.2", 22)
+    planted = json.dumps({"owner": "kvprov-test-other-controller:/srv/inventory.yml", "command": "kvprov deploy",
+                          "run_id": "planted-by-test", "since": "now"})
+    sh(c2, f"test ! -e {HOST_LOCK} && mkdir -p -m 0700 /run/kvprov && printf '%s' '{planted}' > {HOST_LOCK}")
+    try:
+        r = kvprov("deploy", str(inv), "--limit", "kvlab-c1,kvlab-c2,kvlab-c3", "--json", str(tmp_path / "r.json"),
+                   timeout=900)
+    finally:
+        sh(c2, f"grep -q planted-by-test {HOST_LOCK} && rm {HOST_LOCK}")  # only the lock this test planted
+    assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-2000:]
+    hosts = json.loads((tmp_path / "r.json").read_text())["hosts"]
+    assert hosts["kvlab-c1"]["failed"] == hosts["kvlab-c1"]["unreachable"] == 0, hosts
+    lines = r.stdout.splitlines()
+    unreachable = [ln for ln in lines if ln.startswith("unreachable (1 host): ")]
+    refused = [ln for ln in lines if "(1 host): " in ln and "is changing this host" in ln]
+    assert len(unreachable) == 1 and unreachable[0].endswith("\u2014 kvlab-c3"), r.stdout[-3000:]
+    assert len(refused) == 1 and refused[0].endswith("\u2014 kvlab-c2"), r.stdout[-3000:]
+    assert "kvprov-test-other-controller" in refused[0]
+    [retry] = [ln.rsplit("@", 1)[1] for ln in lines if ln.startswith("rerun the failed hosts: kvprov deploy ")]
+    assert Path(retry).read_text() == "kvlab-c2\nkvlab-c3\n"
+
+    rerun = kvprov("deploy", lab["inventory"], "--limit", f"@{retry}", "--json", str(tmp_path / "rerun.json"),
+                   timeout=900)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
+    assert sorted(json.loads((tmp_path / "rerun.json").read_text())["hosts"]) == ["kvlab-c2", "kvlab-c3"]
