@@ -56,7 +56,7 @@ VARIANTS = {
 
 # Runs on each host (python3 -c), one command a line on stdin, one answer a line on stdout.
 AGENT = r'''
-import errno, os, sys, time
+import os, sys, time
 def say(*a):
     print(*a, flush=True)
 for line in sys.stdin:
@@ -165,7 +165,7 @@ def sh(ssh: str, command: str, check: bool = True) -> str:
 def merged(options: str, extra: list[str]) -> str:
     """The live mount's options with each extra option added or replacing the same key."""
     keys = {o.split("=")[0] for o in extra}
-    if any(k == "actimeo" for k in keys):
+    if "actimeo" in keys:
         keys |= {"acregmin", "acregmax", "acdirmin", "acdirmax"}
     kept = [o for o in options.split(",") if o.split("=")[0] not in keys
             and o.split("=")[0] not in ("addr", "clientaddr")]  # the kernel fills these in itself
