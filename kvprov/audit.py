@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from kvprov import check, deploy, inventory, lock, redact, runner
+from kvprov import check, inventory, lock, redact, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import bundle as bf
 from kvprov.validate import parsers, report
@@ -119,6 +119,22 @@ def unit_check(c: Context, want: bf.UnitWant) -> Result:
     return res(PASS, expected, found)
 
 
+def restart_check(c: Context) -> Result:
+    """Engine units a deploy changed and did not restart (it stopped in between): they run the old
+    configuration until the next deploy restarts them."""
+    expected = "no engine restart owed by an earlier deploy"
+    if not c.b.exists(bf.RESTART_PENDING):
+        return res(SKIP, expected, "not captured (a bundle from an older kvprov)")
+    owed = c.b.json(bf.RESTART_PENDING)
+    if isinstance(owed, dict):
+        raise FileProblem(bf.RESTART_PENDING, show(owed.get("error", "unreadable")))
+    if owed:
+        return res(FAIL, expected, f"owed for {show(', '.join(map(str, owed)), 300)}: a deploy changed their "
+                                   "configuration and stopped before restarting them, so they run the old one",
+                   "kvprov deploy INVENTORY --limit " + c.d.host)
+    return res(PASS, expected, "none")
+
+
 def package_check(c: Context, name: str) -> Result:
     pkgs = c.parsed(bf.PACKAGES, parsers.parse_packages)
     if name not in pkgs:
@@ -150,6 +166,7 @@ def audit(b: Bundle, d: Desired) -> list[Result]:
     checks += [(f"extra:{dd}", "file", lambda dd=dd: extra_files(c, dd, managed))
                for dd in sorted({posixpath.dirname(p) for p in managed})]
     checks += [(f"unit:{u.unit}", "unit", lambda u=u: unit_check(c, u)) for u in d.units]
+    checks.append(("restarts", "unit", lambda: restart_check(c)))
     checks += [(f"package:{p}", "package", lambda p=p: package_check(c, p)) for p in d.packages]
     checks += [(f"venv:{venv}:{dist}", "venv", lambda v=venv, n=dist, p=pin: venv_check(c, v, n, p))
                for venv, pins in sorted(d.venvs.items()) for dist, pin in pins.items()]
@@ -342,12 +359,10 @@ def cmd_audit(args) -> int:
     hosts = drifted(results)
     print(report.format_table(results, everything=args.verbose), file=sys.stderr)
     print(f"{summary}\naudit --fix: deploying {', '.join(hosts)}", file=sys.stderr)
-    extravars = {**lock.host_lock_vars(sources, "audit --fix"), **deploy.rollout(sources)}
-    if args.allow_remount:
-        extravars["kvprov_storage_allow_remount"] = True
+    from kvprov import deploy  # deploy builds on audit (it audits first)
+
     with lock.inventory_lock(sources, "audit --fix"):
-        deployed = runner.run("site.yml", sources, name="audit-fix", extravars=extravars,
-                              limit=",".join(hosts))
+        deployed = deploy.converge(sources, "audit --fix", ",".join(hosts), allow_remount=args.allow_remount)
     runner.print_summary(deployed, sys.stderr, rerun=["audit", "--fix", *inventory.argv(sources)])
     again, again_gauges = gather(sources, ",".join(hosts), args.timeout)
     after = [r for r in results if r.host not in hosts] + again

@@ -1,12 +1,17 @@
-"""`kvprov deploy INVENTORY [--check] [--limit P] [--tags T] [--allow-remount]`:
-check the inventory, then converge every GPU node with playbooks/site.yml."""
+"""`kvprov deploy INVENTORY [--check] [--full] [--limit P] [--tags T] [--allow-remount]`:
+check the inventory, audit every GPU node (kvprov.audit: one module call a host), then
+converge with playbooks/site.yml only the hosts the audit did not find clean. A host the
+audit calls clean gets changed=0 from a full run (the lab tests prove this for every kind
+of drift the audit knows); --full runs the playbook on every host regardless."""
 
 from __future__ import annotations
 
 import sys
+import time
 
-from kvprov import check, inventory, lock, runner
+from kvprov import audit, check, inventory, lock, runner
 from kvprov.errors import EXIT_BUSY, EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
+from kvprov.validate.result import FAIL
 
 
 def add_parser(sub) -> None:
@@ -17,6 +22,10 @@ def add_parser(sub) -> None:
                                    "hosts are written to a retry file for --limit @FILE.")
     inventory.add_inventory_args(p)
     p.add_argument("--check", action="store_true", help="dry run (Ansible check mode with diff): change nothing")
+    p.add_argument("--full", action="store_true",
+                   help="run the playbook on every host, also those the audit finds clean (by default the "
+                        "hosts are audited first and only those with drift, or that could not be audited, "
+                        "are converged)")
     p.add_argument("--diff", action="store_true", help="show file diffs")
     p.add_argument("--limit", help="Ansible host pattern; @FILE: the patterns in FILE, one a line (a retry file)")
     p.add_argument("--tags", help="only these role tags (e.g. nixl,sglang)")
@@ -48,20 +57,52 @@ def cmd_deploy(args) -> int:
     print(f"deploy: {len(hosts)} host(s) in the inventory{f', limited to {args.limit}' if args.limit else ''}"
           f"{' (check mode: no changes)' if args.check else ''}", file=sys.stderr)
     command = "deploy --check" if args.check else "deploy"
-    extravars = {**lock.host_lock_vars(sources, command), **rollout(sources)}
     if args.stop_engines and not args.allow_remount:
         raise KvprovError("--stop-engines goes with --allow-remount", EXIT_USAGE)
-    if args.allow_remount:
-        extravars.update(kvprov_storage_allow_remount=True, kvprov_storage_stop_dependents=args.stop_engines)
     with lock.inventory_lock(sources, command):
-        result = runner.run("site.yml", sources, name="deploy", extravars=extravars, limit=args.limit,
-                            tags=args.tags, check=args.check, diff=args.diff or args.check)
+        todo, clean = ([], []) if args.full else audit_first(sources, args.limit)
+        result = runner.RunResult(rc=0, artifacts=None)  # every host clean: nothing to run
+        if args.full or todo:
+            result = converge(sources, command, args.limit if args.full else ",".join(todo), check=args.check,
+                              diff=args.diff or args.check, tags=args.tags, allow_remount=args.allow_remount,
+                              stop_engines=args.stop_engines)
     if args.diff or args.check:
         print(runner.format_diffs(result) or "\nno file would change" if args.check else runner.format_diffs(result))
-    runner.print_summary(result, rerun=["deploy", *(["--check"] if args.check else []), *inventory.argv(sources)])
+    if result.hosts or result.failures:
+        runner.print_summary(result, rerun=["deploy", *(["--check"] if args.check else []), *inventory.argv(sources)])
+    if clean:
+        print(f"\n{len(clean)} host(s) audited clean, not run (--full runs them too): {shorten(clean)}")
     if args.json:
-        runner.write_json(result, args.json)
+        runner.write_json(result, args.json, clean=clean)
     return exit_code(result)
+
+
+def audit_first(sources: list[str], limit: str | None) -> tuple[list[str], list[str]]:
+    """Audit the hosts: (the hosts to converge, the clean ones). Hosts with drift, and those the
+    audit could not reach or read, are converged."""
+    t0 = time.monotonic()
+    print("deploy: auditing the hosts first (--full skips this)", file=sys.stderr)
+    results, _ = audit.gather(sources, limit, timeout=30)
+    hosts = sorted({r.host for r in results})
+    todo = sorted({r.host for r in results if r.status == FAIL})
+    clean = [h for h in hosts if h not in todo]
+    print(f"deploy: audit of {len(hosts)} host(s) in {time.monotonic() - t0:.1f}s: {len(clean)} clean, "
+          f"{len(todo)} to converge{': ' + shorten(todo) if todo else ''}", file=sys.stderr)
+    return todo, clean
+
+
+def shorten(hosts: list[str], shown: int = 8) -> str:
+    return ", ".join(hosts[:shown]) + (f" (+{len(hosts) - shown} more)" if len(hosts) > shown else "")
+
+
+def converge(sources: list[str], command: str, limit: str | None, *, check: bool = False, diff: bool = False,
+             tags: str | None = None, allow_remount: bool = False, stop_engines: bool = False) -> runner.RunResult:
+    """playbooks/site.yml on the hosts of `limit` (None: all), each under its host's deploy lock."""
+    extravars = {**lock.host_lock_vars(sources, command), **rollout(sources)}
+    if allow_remount:
+        extravars.update(kvprov_storage_allow_remount=True, kvprov_storage_stop_dependents=stop_engines)
+    return runner.run("site.yml", sources, name=command.replace(" --", "-"),
+                      extravars=extravars, limit=limit, tags=tags, check=check, diff=diff)
 
 
 def exit_code(result: runner.RunResult) -> int:

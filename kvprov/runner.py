@@ -37,7 +37,7 @@ class Failure:
 @dataclass
 class RunResult:
     rc: int
-    artifacts: Path
+    artifacts: Path | None  # None: nothing was run
     hosts: dict[str, HostSummary] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     diffs: list[dict] = field(default_factory=list)
@@ -164,9 +164,12 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
     return result
 
 
-def write_json(result: RunResult, path: str) -> None:
-    data = {"rc": result.rc, "seconds": round(result.seconds, 1), "artifacts": str(result.artifacts),
-            "hosts": {h: asdict(s) for h, s in sorted(result.hosts.items())},
+def write_json(result: RunResult, path: str, clean: list[str] = ()) -> None:
+    """The run's summary; `clean`: hosts not run because the audit found them clean (zero counts)."""
+    hosts = {**{h: HostSummary() for h in clean}, **result.hosts}
+    data = {"rc": result.rc, "seconds": round(result.seconds, 1),
+            "artifacts": str(result.artifacts) if result.artifacts else None,
+            "hosts": {h: asdict(s) for h, s in sorted(hosts.items())}, "clean": sorted(clean),
             "failures": [asdict(f) for f in result.failures], "diffs": result.diffs}
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
 

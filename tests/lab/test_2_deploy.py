@@ -134,9 +134,16 @@ def test_render_writes_what_deploy_wrote(deployed, lab, tmp_path):
         assert live == (tmp_path / "kvlab-gpu1" / rel).read_text(), f"/{rel} differs from its rendering"
 
 
-def test_second_deploy_changes_nothing(deployed, lab):
+def test_second_deploy_audits_clean_runs_nothing_and_a_full_one_changes_nothing(deployed, lab):
+    """After a deploy the audit is clean, so a second deploy runs no playbook; --full runs it and
+    changes nothing: what the audit calls clean, a full deploy leaves as it is."""
     r, result = deploy(lab["inventory"], "--limit", "kvlab-gpu1,kvlab-c1")
     assert r.returncode == 0, r.stdout + r.stderr
+    assert result["clean"] == ["kvlab-c1", "kvlab-gpu1"] and result["artifacts"] is None, result
+    assert "audit of 2 host(s)" in r.stderr and "2 clean, 0 to converge" in r.stderr
+    r, result = deploy(lab["inventory"], "--limit", "kvlab-gpu1,kvlab-c1", "--full")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert result["clean"] == [] and "auditing" not in r.stderr
     assert {h: s["changed"] for h, s in result["hosts"].items()} == {"kvlab-gpu1": 0, "kvlab-c1": 0}
 
 

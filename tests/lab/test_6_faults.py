@@ -73,7 +73,7 @@ def results_of(report: Path, host: str) -> dict:
 
 def test_two_deploys_at_once_the_second_is_refused_naming_the_first(lab, tmp_path):
     inv = Path(lab["inventory"])
-    first = start_deploy(inv, "--limit", "kvlab-c1")
+    first = start_deploy(inv, "--limit", "kvlab-c1", "--full")  # the host is clean: --full runs it
     try:
         read_until(first, "TASK", "Take the host's deploy lock")
         time.sleep(3)  # the first run holds the host lock now
@@ -130,7 +130,7 @@ def test_nfs_server_gone_during_a_deploy_fails_that_host_in_bounded_time_and_oth
     sh(STORAGE, "systemctl stop nfs-server")
     try:
         t0 = time.monotonic()
-        r = kvprov("deploy", str(inv), "--limit", "kvlab-gpu1,kvlab-c1", "--tags", "engine",
+        r = kvprov("deploy", str(inv), "--limit", "kvlab-gpu1,kvlab-c1", "--tags", "engine", "--full",
                    "--json", str(tmp_path / "deploy.json"), timeout=600)
         seconds = time.monotonic() - t0
         infra = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
@@ -206,8 +206,8 @@ def test_unreachable_and_failing_hosts_are_summarised_by_reason_and_rerun_from_t
                           "run_id": "planted-by-test", "since": "now"})
     sh(c2, f"test ! -e {HOST_LOCK} && mkdir -p -m 0700 /run/kvprov && printf '%s' '{planted}' > {HOST_LOCK}")
     try:
-        r = kvprov("deploy", str(inv), "--limit", "kvlab-c1,kvlab-c2,kvlab-c3", "--json", str(tmp_path / "r.json"),
-                   timeout=900)
+        r = kvprov("deploy", str(inv), "--limit", "kvlab-c1,kvlab-c2,kvlab-c3", "--full",
+                   "--json", str(tmp_path / "r.json"), timeout=900)
     finally:
         sh(c2, f"grep -q planted-by-test {HOST_LOCK} && rm {HOST_LOCK}")  # only the lock this test planted
     assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-2000:]

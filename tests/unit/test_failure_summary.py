@@ -4,6 +4,7 @@ on RunResult/Failure built directly, as the runner builds them from Ansible's ev
 
 import io
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,13 @@ def test_a_host_that_fails_twice_for_one_reason_counts_once(tmp_path):
     assert [(what, hosts) for what, hosts, _ in runner.failure_groups(result)] == [(f"task '{MOUNT}' failed",
                                                                                    ["a", "b"])]
     assert runner.retry_hosts(result) == ["a", "b"]
+
+
+def test_json_lists_the_hosts_the_audit_found_clean_with_zero_counts(tmp_path):
+    result = runner.RunResult(rc=0, artifacts=tmp_path, hosts={"gpu2": runner.HostSummary(ok=40, changed=2)})
+    runner.write_json(result, tmp_path / "r.json", clean=["gpu3", "gpu1"])
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["clean"] == ["gpu1", "gpu3"]
+    assert data["hosts"]["gpu2"]["changed"] == 2 and data["hosts"]["gpu1"] == asdict(runner.HostSummary())
+    runner.write_json(runner.RunResult(rc=0, artifacts=None), tmp_path / "none.json", clean=["gpu1"])
+    assert json.loads((tmp_path / "none.json").read_text())["artifacts"] is None  # nothing was run
