@@ -47,6 +47,7 @@ NIXL_PROBE = "nixl_probe.json"
 STORAGE_DIRS = "storage_dirs.json"
 HEALTH = "health.json"
 PACKAGES = "packages.txt"
+RESTART_PENDING = "restart_pending.json"
 FILES_DIR = "files"  # files/<absolute path>: live copies of managed config files
 SYSTEMCTL_DIR = "systemctl"  # systemctl/<unit>.txt: `systemctl show <unit>`
 
@@ -67,6 +68,7 @@ NAMES: dict[str, str] = {
     STORAGE_DIRS: "the mount point and each instance's NIXL storage directory: stat, owner, filesystem",
     HEALTH: "each engine instance's HTTP /health, or that it is not running",
     PACKAGES: "installed packages: name<TAB>version per line (dpkg-query -W / rpm -qa)",
+    RESTART_PENDING: "the engine units a deploy changed and has not restarted yet (its restart-pending notes)",
 }
 
 MiB = 1 << 20

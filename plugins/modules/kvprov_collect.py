@@ -29,6 +29,11 @@ options:
   io_bytes: {type: int, default: 4194304, description: size of the I/O probe file}
   timeout: {type: int, default: 30, description: seconds for each probe}
   kvprov_version: {type: str, default: unknown, description: the collecting kvprov's version}
+  restart_pending_dir:
+    type: str
+    description: >-
+      where deploy notes the engine restarts it owes (the engine role's restart-pending
+      directory): its entries are listed as restart_pending.json
 """
 
 EXAMPLES = r"""
@@ -341,7 +346,18 @@ def list_dirs(paths: list) -> dict:
     return out
 
 
-def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: str) -> dict:
+def list_pending(path: str | None) -> list | dict:
+    """The units a deploy noted for a restart it has not done yet (none when the directory is missing)."""
+    try:
+        return sorted(os.listdir(path)) if path else []
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        return {"error": str(e)}
+
+
+def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: str,
+            restart_pending_dir: str | None = None) -> dict:
     out: dict[str, str] = {}
     errors: dict[str, str] = {}
     skipped: dict[str, str] = {}
@@ -436,6 +452,7 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
             errors["files/etc/fstab"] = str(e)
 
     out["managed_dirs.json"] = json.dumps(list_dirs(files), indent=2)
+    out["restart_pending.json"] = json.dumps(list_pending(restart_pending_dir))
     out["venvs.json"] = json.dumps({venv: venv_versions(venv) for venv in sorted(desired["venvs"])}, indent=2)
 
     for unit in [u["unit"] for u in desired["units"]]:
@@ -524,9 +541,11 @@ def main():
         "io_bytes": {"type": "int", "default": 4 << 20},
         "timeout": {"type": "int", "default": 30},
         "kvprov_version": {"type": "str", "default": "unknown"},
+        "restart_pending_dir": {"type": "str"},
     }, supports_check_mode=True)
     p = module.params
-    files = collect(p["desired"], p["probes"], p["io_bytes"], p["timeout"], p["kvprov_version"])
+    files = collect(p["desired"], p["probes"], p["io_bytes"], p["timeout"], p["kvprov_version"],
+                    p["restart_pending_dir"])
     module.exit_json(changed=False, files=files)
 
 

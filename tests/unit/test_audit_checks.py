@@ -26,7 +26,7 @@ def test_each_check_is_reported_under_its_category():
     assert {i.split(":")[0]: r.category for i, r in results.items()} == {
         "mount.present": "mount", "mount.source": "mount", "mount.options": "mount", "mount.transport": "mount",
         "mount.unit": "mount", "mount.lookupcache": "mount", "file": "file", "extra": "file", "unit": "unit", "package": "package",
-        "venv": "venv", "storage_dir": "engine"}
+        "venv": "venv", "storage_dir": "engine", "restarts": "unit"}
 
 
 def test_what_a_clean_host_shows_for_each_kind_of_check():
@@ -95,3 +95,17 @@ def test_a_missing_package_is_drift_that_names_the_install_tag():
                                  if not line.startswith("rdma-core\t"))
     r = run(files)["package:rdma-core"]
     assert (r.status, r.expected, r.found, r.fix) == (FAIL, "installed", "not installed", DEPLOY + "install")
+
+
+def test_a_restart_an_interrupted_deploy_owes_is_drift_naming_the_units():
+    files = files_of("lab_gpu1")
+    assert run(files)["restarts"].status == SKIP  # a bundle from before the capture existed
+    files[bf.RESTART_PENDING] = "[]"
+    assert (run(files)["restarts"].status, run(files)["restarts"].found) == (PASS, "none")
+    files[bf.RESTART_PENDING] = json.dumps([ENGINE_UNIT])
+    r = run(files)["restarts"]
+    assert r.status == FAIL and r.found.startswith(f"owed for {ENGINE_UNIT}: a deploy changed")
+    assert r.fix == "kvprov deploy INVENTORY --limit kvlab-gpu1"
+    files[bf.RESTART_PENDING] = json.dumps({"error": "Permission denied"})
+    r = run(files)["restarts"]
+    assert r.status != PASS and "Permission denied" in r.found
