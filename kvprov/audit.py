@@ -53,12 +53,18 @@ MAX_DIFF_LINES = 60
 
 # ---------------------------------------------------------------------------- checks (pure)
 
-def file_check(c: Context, path: str, want: str, role: str) -> Result:
-    expected = f"the content `kvprov render` gives ({role} role)"
+def file_check(c: Context, path: str, want: str, role: str, mode: str) -> Result:
+    expected = f"the content `kvprov render` gives ({role} role), mode {mode}, owner root"
     if role == "gds" and c.d.gds_mode == "auto" and not c.gpu().present:
         return res(SKIP, "", "no NVIDIA GPU: the gds role writes this file only on GPU hosts")
     live = c.host_file(path, role)
     if live == want:
+        st = c.b.json_object(bf.FILE_MODES).get(path) if c.b.exists(bf.FILE_MODES) else None
+        if not isinstance(st, dict):  # a bundle from an older kvprov
+            return res(PASS, expected, "identical content (mode not captured)")
+        found = f"mode {show(st.get('mode'), 8)}, uid {show(st.get('uid'), 12)}" + (", a link" if st.get("link") else "")
+        if (st.get("mode"), st.get("uid"), st.get("link")) != (mode, 0, False):
+            return res(FAIL, expected, f"identical content; {found}", c.deploy(role))
         return res(PASS, expected, "identical")
     diff = list(difflib.unified_diff(want.splitlines(keepends=True), live.splitlines(keepends=True),
                                      f"{path} (desired)", f"{path} (live)", n=1))
@@ -123,11 +129,14 @@ def restart_check(c: Context) -> Result:
     """Engine units a deploy changed and did not restart (it stopped in between): they run the old
     configuration until the next deploy restarts them."""
     expected = "no engine restart owed by an earlier deploy"
+    if not c.d.engine_install:
+        return res(SKIP, expected, "the engine is not installed (config and units only): nothing to restart")
     if not c.b.exists(bf.RESTART_PENDING):
         return res(SKIP, expected, "not captured (a bundle from an older kvprov)")
     owed = c.b.json(bf.RESTART_PENDING)
     if isinstance(owed, dict):
         raise FileProblem(bf.RESTART_PENDING, show(owed.get("error", "unreadable")))
+    owed = [n for n in owed if str(n).endswith(".service")]  # what deploy's restart step reads
     if owed:
         return res(FAIL, expected, f"owed for {show(', '.join(map(str, owed)), 300)}: a deploy changed their "
                                    "configuration and stopped before restarting them, so they run the old one",
@@ -162,7 +171,8 @@ def audit(b: Bundle, d: Desired) -> list[Result]:
     checks: list[tuple[str, str, object]] = [
         (check_id, category, lambda fn=fn: fn(c)) for check_id, category, fn in CHECKS if check_id in MOUNT_CHECKS]
     managed = {f.path for f in d.files}
-    checks += [(f"file:{f.path}", "file", lambda f=f: file_check(c, f.path, f.content, f.role)) for f in d.files]
+    checks += [(f"file:{f.path}", "file", lambda f=f: file_check(c, f.path, f.content, f.role, f.mode))
+               for f in d.files]
     checks += [(f"extra:{dd}", "file", lambda dd=dd: extra_files(c, dd, managed))
                for dd in sorted({posixpath.dirname(p) for p in managed})]
     checks += [(f"unit:{u.unit}", "unit", lambda u=u: unit_check(c, u)) for u in d.units]

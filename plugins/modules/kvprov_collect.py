@@ -346,6 +346,18 @@ def list_dirs(paths: list) -> dict:
     return out
 
 
+def file_modes(paths: list) -> dict:
+    """{path: {"mode": "0644", "uid": 0, "link": bool}} of each managed file there is (lstat: a link is not followed)."""
+    out = {}
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue  # missing: the file's own capture says so
+        out[path] = {"mode": "%04o" % (st.st_mode & 0o7777), "uid": st.st_uid, "link": os.path.islink(path)}
+    return out
+
+
 def list_pending(path: str | None) -> list | dict:
     """The units a deploy noted for a restart it has not done yet (none when the directory is missing)."""
     try:
@@ -452,6 +464,7 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
             errors["files/etc/fstab"] = str(e)
 
     out["managed_dirs.json"] = json.dumps(list_dirs(files), indent=2)
+    out["file_modes.json"] = json.dumps(file_modes(files), indent=2)
     out["restart_pending.json"] = json.dumps(list_pending(restart_pending_dir))
     out["venvs.json"] = json.dumps({venv: venv_versions(venv) for venv in sorted(desired["venvs"])}, indent=2)
 

@@ -33,8 +33,8 @@ def test_what_a_clean_host_shows_for_each_kind_of_check():
     results = run(files_of("lab_gpu1"))
     shown = {i: (r.status, r.expected, r.found) for i, r in results.items()}
     assert shown["mount.source"] == (PASS, "10.99.1.1:/kv", "10.99.1.1:/kv")
-    assert shown["file:/etc/idmapd.conf"] == (PASS, "the content `kvprov render` gives (kvcache_mount role)",
-                                              "identical")
+    assert shown["file:/etc/idmapd.conf"] == (PASS, "the content `kvprov render` gives (kvcache_mount role), "
+                                                    "mode 0644, owner root", "identical content (mode not captured)")
     assert shown["file:/etc/cufile.json"] == (SKIP, "", "no NVIDIA GPU: the gds role writes this file only on "
                                                         "GPU hosts")
     assert shown["unit:mnt-kvcache.mount"] == (PASS, "enabled, active", "UnitFileState=enabled ActiveState=active")
@@ -97,10 +97,17 @@ def test_a_missing_package_is_drift_that_names_the_install_tag():
     assert (r.status, r.expected, r.found, r.fix) == (FAIL, "installed", "not installed", DEPLOY + "install")
 
 
+def installed(files: dict) -> dict:
+    """The bundle's host with its engine installed (the lab's GPU VM has config and units only)."""
+    desired = json.loads(files[bf.DESIRED])
+    desired["engine"]["install"] = True
+    return {**files, bf.DESIRED: json.dumps(desired)}
+
+
 def test_a_restart_an_interrupted_deploy_owes_is_drift_naming_the_units():
-    files = files_of("lab_gpu1")
+    files = installed(files_of("lab_gpu1"))
     assert run(files)["restarts"].status == SKIP  # a bundle from before the capture existed
-    files[bf.RESTART_PENDING] = "[]"
+    files[bf.RESTART_PENDING] = json.dumps(["notes.txt"])  # deploy's restart step reads only *.service
     assert (run(files)["restarts"].status, run(files)["restarts"].found) == (PASS, "none")
     files[bf.RESTART_PENDING] = json.dumps([ENGINE_UNIT])
     r = run(files)["restarts"]
@@ -109,3 +116,26 @@ def test_a_restart_an_interrupted_deploy_owes_is_drift_naming_the_units():
     files[bf.RESTART_PENDING] = json.dumps({"error": "Permission denied"})
     r = run(files)["restarts"]
     assert r.status != PASS and "Permission denied" in r.found
+
+
+def test_an_engine_that_is_not_installed_owes_no_restart():
+    """Config and units only: deploy never restarts it, nor crosses a note out; a note left from
+    when it was installed is no drift."""
+    files = {**files_of("lab_gpu1"), bf.RESTART_PENDING: json.dumps([ENGINE_UNIT])}
+    r = run(files)["restarts"]
+    assert (r.status, r.found) == (SKIP, "the engine is not installed (config and units only): nothing to restart")
+
+
+def test_a_managed_file_with_its_content_but_another_mode_owner_or_as_a_link_is_drift():
+    files = files_of("lab_gpu1")
+    desired = json.loads(files[bf.DESIRED])["files"]
+    modes = {path: {"mode": f["mode"], "uid": 0, "link": False} for path, f in desired.items()}
+    toml = "/etc/kvprov/nixl_backend_config.toml"
+    files[bf.FILE_MODES] = json.dumps(modes)
+    assert (run(files)[f"file:{toml}"].status, run(files)[f"file:{toml}"].found) == (PASS, "identical")
+    for change, found in (({"mode": "0600"}, "identical content; mode 0600, uid 0"),
+                          ({"uid": 1000}, "identical content; mode 0644, uid 1000"),
+                          ({"link": True}, "identical content; mode 0644, uid 0, a link")):
+        files[bf.FILE_MODES] = json.dumps({**modes, toml: {**modes[toml], **change}})
+        r = run(files)[f"file:{toml}"]
+        assert (r.status, r.found, r.fix) == (FAIL, found, DEPLOY + "nixl"), change
