@@ -144,6 +144,24 @@ def restart_check(c: Context) -> Result:
     return res(PASS, expected, "none")
 
 
+def lock_check(c: Context) -> Result:
+    """A deploy lock on the host: a deploy is changing it now, or one was interrupted and may have
+    left its changes half done."""
+    expected = "no deploy lock held"
+    if not c.b.exists(bf.DEPLOY_LOCK):
+        return res(SKIP, expected, "not captured (a bundle from an older kvprov)")
+    held = c.b.json(bf.DEPLOY_LOCK)
+    if held is None:
+        return res(PASS, expected, "none")
+    if not isinstance(held, dict) or "error" in held:
+        raise FileProblem(bf.DEPLOY_LOCK, show(held.get("error") if isinstance(held, dict) else held))
+    return res(FAIL, expected, f"held by `{show(held.get('command', '?'), 60)}` from {show(held.get('owner', '?'), 200)} "
+                               f"since {show(held.get('since', '?'), 40)}: a deploy running now, or one that was "
+                               "interrupted with its changes half done",
+               f"wait for the running deploy; after an interrupted one, kvprov deploy INVENTORY --limit {c.d.host} "
+               "from the same controller and inventory (it takes the lock over)")
+
+
 def package_check(c: Context, name: str) -> Result:
     pkgs = c.parsed(bf.PACKAGES, parsers.parse_packages)
     if name not in pkgs:
@@ -177,6 +195,7 @@ def audit(b: Bundle, d: Desired) -> list[Result]:
                for dd in sorted({posixpath.dirname(p) for p in managed})]
     checks += [(f"unit:{u.unit}", "unit", lambda u=u: unit_check(c, u)) for u in d.units]
     checks.append(("restarts", "unit", lambda: restart_check(c)))
+    checks.append(("lock", "unit", lambda: lock_check(c)))
     checks += [(f"package:{p}", "package", lambda p=p: package_check(c, p)) for p in d.packages]
     checks += [(f"venv:{venv}:{dist}", "venv", lambda v=venv, n=dist, p=pin: venv_check(c, v, n, p))
                for venv, pins in sorted(d.venvs.items()) for dist, pin in pins.items()]

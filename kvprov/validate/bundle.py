@@ -49,6 +49,7 @@ HEALTH = "health.json"
 PACKAGES = "packages.txt"
 RESTART_PENDING = "restart_pending.json"
 FILE_MODES = "file_modes.json"
+DEPLOY_LOCK = "deploy_lock.json"
 FILES_DIR = "files"  # files/<absolute path>: live copies of managed config files
 SYSTEMCTL_DIR = "systemctl"  # systemctl/<unit>.txt: `systemctl show <unit>`
 
@@ -69,6 +70,7 @@ NAMES: dict[str, str] = {
     STORAGE_DIRS: "the mount point and each instance's NIXL storage directory: stat, owner, filesystem",
     HEALTH: "each engine instance's HTTP /health, or that it is not running",
     PACKAGES: "installed packages: name<TAB>version per line (dpkg-query -W / rpm -qa)",
+    DEPLOY_LOCK: "who holds the host's deploy lock (/run/kvprov/deploy.lock), or null",
     FILE_MODES: "each managed file's permission bits, owner uid and whether it is a link (lstat)",
     RESTART_PENDING: "the engine units a deploy changed and has not restarted yet (its restart-pending notes)",
 }

@@ -358,6 +358,25 @@ def file_modes(paths: list) -> dict:
     return out
 
 
+DEPLOY_LOCK = "/run/kvprov/deploy.lock"  # kvprov_host_lock's default path
+
+
+def deploy_lock(path: str = DEPLOY_LOCK) -> dict | None:
+    """Who holds the host's deploy lock (None: nobody): a deploy running now, or one that was interrupted."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return {"error": str(e)}
+    with os.fdopen(fd) as f:
+        try:
+            data = json.loads(f.read(65536) or "{}")
+        except ValueError:
+            data = {}
+    return {k: str(v)[:300] for k, v in data.items()} if isinstance(data, dict) else {}
+
+
 def list_pending(path: str | None) -> list | dict:
     """The units a deploy noted for a restart it has not done yet (none when the directory is missing)."""
     try:
@@ -466,6 +485,7 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     out["managed_dirs.json"] = json.dumps(list_dirs(files), indent=2)
     out["file_modes.json"] = json.dumps(file_modes(files), indent=2)
     out["restart_pending.json"] = json.dumps(list_pending(restart_pending_dir))
+    out["deploy_lock.json"] = json.dumps(deploy_lock())
     out["venvs.json"] = json.dumps({venv: venv_versions(venv) for venv in sorted(desired["venvs"])}, indent=2)
 
     for unit in [u["unit"] for u in desired["units"]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kvprov import lock
 from kvprov.lab import topology
 from kvprov.lab.ssh import ssh_args
 from tests.conftest import kvprov
@@ -157,3 +158,41 @@ def test_a_mount_remounted_by_hand_with_other_options_and_without_an_extra_one_i
     after = {x["id"]: x for x in json.loads(out.read_text())["hosts"]["kvlab-gpu1"]["results"]}
     assert not [i for i, x in after.items() if x["status"] != "pass" and x["status"] != "skip"], after
     assert ",write=eager" in sh(GPU1, "grep ' /mnt/kvcache ' /proc/self/mountinfo")
+
+
+# Every kind of drift the audit knows that a container host can have (a GPU VM's mount kinds:
+# the test above; a pinned version: SABOTAGES; a restart owed needs an installed engine: unit tests).
+def every_kind(lab) -> dict:
+    # the lock an interrupted deploy of this controller and inventory leaves (the next one takes it over)
+    owner = lock.host_lock_vars(lab["inventory"], "deploy")["kvprov_lock_owner"]
+    held = json.dumps({"owner": owner, "command": "kvprov deploy", "run_id": "interrupted", "since": "test"})
+    return {
+        f"file:{TOML}": f"sed -i 's/^use_aio = false/use_aio = true/' {TOML}",
+        f"file:{UNIT}": f"chmod 0600 {UNIT}",
+        "unit:kvprov-sglang-main.service": "systemctl disable kvprov-sglang-main.service",
+        "lock": f"mkdir -p -m 0700 /run/kvprov && printf '%s' '{held}' > /run/kvprov/deploy.lock",
+    }
+
+
+def test_deploy_converges_only_the_drifted_host_and_then_the_audit_is_clean_and_a_full_run_changes_nothing(
+        lab, tmp_path):
+    """deploy's audit-first path on every kind of drift at once: the host with drift is
+    converged, the clean one is not run; then the audit is clean and `deploy --full` changes
+    nothing (what the audit calls clean needs no change)."""
+    kinds = every_kind(lab)
+    sh(C1, " && ".join(kinds.values()))
+    r, results = audit(lab, tmp_path)
+    assert drift(results) == {("kvlab-c1", i) for i in kinds}, r.stdout[-4000:]
+
+    out = tmp_path / "deploy.json"
+    d = kvprov("deploy", lab["inventory"], "--limit", HOSTS, "--json", str(out), timeout=1200)
+    assert d.returncode == 0, d.stdout[-4000:] + d.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["clean"] == ["kvlab-gpu1"] and result["hosts"]["kvlab-c1"]["changed"] > 0, result["hosts"]
+    assert "1 clean, 1 to converge: kvlab-c1" in d.stderr and "took over the lock" in d.stderr
+
+    r, results = audit(lab, tmp_path)
+    assert r.returncode == 0 and not drift(results), r.stdout[-4000:]
+    full = kvprov("deploy", lab["inventory"], "--limit", "kvlab-c1", "--full", "--json", str(out), timeout=1200)
+    assert full.returncode == 0, full.stdout[-4000:] + full.stderr[-3000:]
+    assert json.loads(out.read_text())["hosts"]["kvlab-c1"]["changed"] == 0

@@ -1,11 +1,15 @@
 """Each of audit's checks on a captured bundle: its category, what it expects, what it found
 and how to fix it, on a clean host and on each kind of drift it names."""
 
+import importlib.util
 import json
 import re
 
+import yaml
+
 from kvprov.validate import bundle as bf
 from kvprov.validate.result import FAIL, PASS, SKIP
+from tests.conftest import ROOT
 from tests.unit.test_audit import files_of, run
 
 DEPLOY = "kvprov deploy INVENTORY --limit kvlab-gpu1 --tags "
@@ -26,7 +30,7 @@ def test_each_check_is_reported_under_its_category():
     assert {i.split(":")[0]: r.category for i, r in results.items()} == {
         "mount.present": "mount", "mount.source": "mount", "mount.options": "mount", "mount.transport": "mount",
         "mount.unit": "mount", "mount.lookupcache": "mount", "file": "file", "extra": "file", "unit": "unit", "package": "package",
-        "venv": "venv", "storage_dir": "engine", "restarts": "unit"}
+        "venv": "venv", "storage_dir": "engine", "restarts": "unit", "lock": "unit"}
 
 
 def test_what_a_clean_host_shows_for_each_kind_of_check():
@@ -139,3 +143,29 @@ def test_a_managed_file_with_its_content_but_another_mode_owner_or_as_a_link_is_
         files[bf.FILE_MODES] = json.dumps({**modes, toml: {**modes[toml], **change}})
         r = run(files)[f"file:{toml}"]
         assert (r.status, r.found, r.fix) == (FAIL, found, DEPLOY + "nixl"), change
+
+
+def test_a_deploy_lock_on_the_host_is_drift_naming_its_holder():
+    files = files_of("lab_gpu1")
+    assert run(files)["lock"].status == SKIP  # a bundle from before the capture existed
+    files[bf.DEPLOY_LOCK] = "null"
+    assert (run(files)["lock"].status, run(files)["lock"].found) == (PASS, "none")
+    files[bf.DEPLOY_LOCK] = json.dumps({"owner": "ctl:/srv/inv", "command": "kvprov deploy", "run_id": "ab12",
+                                        "since": "2026-12-01T10:00:00Z"})
+    r = run(files)["lock"]
+    assert r.status == FAIL and r.found.startswith(
+        "held by `kvprov deploy` from ctl:/srv/inv since 2026-12-01T10:00:00Z: a deploy running now, or one")
+    assert "kvprov deploy INVENTORY --limit kvlab-gpu1" in r.fix
+    files[bf.DEPLOY_LOCK] = json.dumps({"error": "Too many levels of symbolic links"})
+    r = run(files)["lock"]
+    assert r.status != PASS and "symbolic links" in r.found
+
+
+def test_the_collector_reads_the_lock_the_lock_module_takes():
+    modules = {}
+    for name in ("kvprov_collect", "kvprov_host_lock"):
+        spec = importlib.util.spec_from_file_location(name, ROOT / f"plugins/modules/{name}.py")
+        modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(modules[name])
+    lock_default = yaml.safe_load(modules["kvprov_host_lock"].DOCUMENTATION)["options"]["path"]["default"]
+    assert modules["kvprov_collect"].DEPLOY_LOCK == lock_default == "/run/kvprov/deploy.lock"
