@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kvprov.bench_worker import Failure, kv_file_bytes, nixl_params, percentiles
+from kvprov.bench_worker import Failure, kv_file_bytes, mean_in_flight, nixl_params, percentiles
 
 WORKER = Path(__file__).resolve().parents[2] / "kvprov" / "bench_worker.py"
 WHEELHOUSE = Path("/var/lib/kvprov/wheelhouse")
@@ -39,6 +39,13 @@ def test_percentiles_are_nearest_rank():
     assert percentiles([3, 1, 2]) == {"p50": 2, "p90": 3, "p99": 3, "max": 3}
     assert percentiles([7]) == {"p50": 7, "p90": 7, "p99": 7, "max": 7}
     assert percentiles([]) == {"p50": None, "p90": None, "p99": None, "max": None}
+
+
+def test_mean_in_flight_is_littles_law():
+    # Four 10 ms I/Os in 20 ms: two in flight on average; one after the other: one.
+    assert mean_in_flight([10.0, 10.0, 10.0, 10.0], 0.020) == 2.0
+    assert mean_in_flight([5.0, 5.0], 0.010) == 1.0
+    assert mean_in_flight([], 1.0) is None and mean_in_flight([1.0], 0) is None
 
 
 def test_params_become_nixl_strings():
@@ -108,6 +115,10 @@ def test_posix_dram_round_trip(nixl_python, base):
         assert out[op]["seconds"] > 0 and out[op]["gbps"] > 0
         lat = out[op]["lat_ms"]
         assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+        # The engine clock (open to close of every file) holds the data clock.
+        assert out[op]["engine_seconds"] >= out[op]["seconds"] and out[op]["engine_gbps"] <= out[op]["gbps"]
+        assert out[op]["engine_gbps"] == pytest.approx(8 * MIB / out[op]["engine_seconds"] / 1e9, rel=1e-3)
+        assert 0 < out[op]["in_flight"] <= 4  # never more than --concurrency transfers at once
     assert out["verified"] is True and out["compat_mode"] is None
     run_dir = Path(out["run_dir"])
     assert run_dir.parent == base and run_dir.name.startswith(".kvprov-bench-")

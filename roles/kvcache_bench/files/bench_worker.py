@@ -19,14 +19,16 @@ per-run, per-file, per-block stamp; the rest is random), so storage that dedupli
 compresses (ONTAP does both inline) cannot flatter the figures. With verification on (the
 default) each file read back is compared with what was written, in helper threads (numpy
 and cudaMemcpy release the GIL), the read buffer slot being reused only once checked.
-Pass times run from the first submission to the last completion: the data transfer. A
-pass's files are created/opened and registered with NIXL before its clock starts and closed
-after it stops; those NFS metadata round trips are reported apart (open_ms, close_ms per
-file), not hidden in GB/s. fio's clock includes some per-file open/close work, so where
-metadata is slow (the TCG lab's NFS: ~50 ms a file) the worker's GB/s is above fio's; with
-the closes on its clock the worker's NFS writes measured 0.72 of fio (pNFS LAYOUTCOMMIT at
-close). On local disks the two accountings agree. The per-I/O latency is submit -> DONE. --no-direct measures the page cache on writes: the
-fsync and posix_fadvise(DONTNEED) that make the read pass cold run untimed after it.
+Two clocks per pass. `engine_seconds` / `engine_gbps` (the headline) run from the first
+file's open to the last file's close: what an engine pays per batch of pages (SGLang's NIXL
+connector opens/creates a batch's files, registers them, runs the transfer, deregisters and
+closes them), NFS metadata round trips included (on the TCG lab's NFS ~50 ms a file, and
+pNFS LAYOUTCOMMIT at close). `seconds` / `gbps` (data only) run from the first submission to
+the last completion; open_ms / close_ms give the per-file metadata latencies. The per-I/O
+latency is submit -> DONE, and `in_flight` is the mean number of transfers in flight over the
+data clock (Little's law: summed latencies / data seconds). --no-direct measures the page
+cache on writes: the fsync and posix_fadvise(DONTNEED) that make the read pass cold run
+untimed after it.
 
 Host buffers are anonymous mmap'd memory populated when allocated, as an engine's pinned host
 pool is. On a virtio disk the physical layout of the buffer pages changed read GB/s by up to
@@ -45,15 +47,28 @@ running it (NIXL_LOG_LEVEL=INFO prints "POSIX backend initialized using io queue
   agent's transfers: several outstanding transfers really run concurrently, and polling any
   one handle reaps completions for all. A transfer's descriptors are submitted from the
   caller's thread in transfer(); there is no plugin-side thread.
+- Writes go to new, empty files (O_CREAT, no truncate or fallocate), as SGLang's NIXL
+  connector creates them, so every write extends its file. On ext4 an extending O_DIRECT AIO
+  write completes inside io_submit (the kernel waits for it: IOMAP_DIO_FORCE_WAIT), so one
+  submitting thread -- NIXL's, whose transfer() calls io_submit from the caller's thread, and
+  fio's alike -- has one write in flight at the device whatever the depth (strace: io_submit
+  of an 18 MiB write takes the ~10 ms of the write; in_flight ~1; fio's latency then grows
+  with its depth only because it counts the time an I/O waits in fio's own queue). Reads, and
+  writes into files already of full size (fio --fallocate=truncate), are asynchronous and
+  keep T in flight. (NFS's direct I/O path does not wait inside io_submit, extending or
+  not; not measured here.)
+- SGLang's HiCache NIXL connector runs one transfer per batch of pages -- the batch's
+  `_k`/`_v` files as the descriptors of one transfer -- and polls it to completion before the
+  next batch: N files queued at once, then drained. This worker keeps a sliding window of T
+  one-file transfers, as fio's --iodepth=T does; the kernel sees the same io_submit calls
+  from one thread either way.
 - Hence the matching fio job is `--ioengine=libaio --iodepth=T --direct=1 --numjobs=1`, with
-  --bs = --filesize = the file size (one I/O per file) and --fallocate=truncate (new, empty
-  files made before the clock and filled by the timed write itself, as here), and the read pass a
-  separate fio run (a read job in the same run makes fio lay the files out beforehand, so
-  its writes would overwrite allocated blocks); benchmarks/bench_vs_fio.py runs exactly that.
-- io_submit of a large O_DIRECT I/O can block its caller for a good part of the I/O (pinning
-  4608 pages for 18 MiB, block allocation, waiting for block-layer requests): strace showed
-  ~6 ms of a ~11 ms 18 MiB write on a virtio disk, for NIXL and fio alike. The transfer loop
-  below therefore submits one file per sweep and polls the others in between.
+  --bs = --filesize = the file size (one I/O per file) and --fallocate=none (fio creates the
+  files empty and its writes extend them, as here), and the read pass a separate fio run (a
+  read job in the same run makes fio lay the files out beforehand);
+  benchmarks/bench_vs_fio.py runs exactly that.
+- io_submit can block its caller (above; and pinning 4608 pages for an 18 MiB read): the
+  transfer loop below therefore submits one file per sweep and polls the others in between.
 - GDS_MT runs each descriptor as one cuFileRead/cuFileWrite on a pool of thread_count
   threads; GDS uses cuFile's batch API. Both take concurrent transfers.
 
@@ -102,6 +117,11 @@ def percentiles(values) -> dict:
         return dict.fromkeys(("p50", "p90", "p99", "max"))
     n = len(ordered)
     return {f"p{p}": ordered[max(1, -(-p * n // 100)) - 1] for p in (50, 90, 99)} | {"max": ordered[-1]}
+
+
+def mean_in_flight(latencies_ms, seconds: float) -> float | None:
+    """Mean number of I/Os in flight over `seconds` (Little's law): summed latencies / the time."""
+    return round(sum(latencies_ms) / 1e3 / seconds, 2) if seconds > 0 and latencies_ms else None
 
 
 def rounded(pcts: dict) -> dict:
@@ -410,9 +430,10 @@ class Bench:
         """Keep --concurrency transfers of whole files in flight until all `names` are done or
         --seconds have passed (every file started is waited for: the files done are always the
         first ones); return the pass's figures and the files that read back wrong. The files are
-        opened and registered before the clock starts and closed after it stops: the pass times
-        data transfer; open_ms / close_ms report the metadata latencies apart."""
+        all opened and registered, then transferred, then closed, as an engine does a batch:
+        the engine clock covers all three, the data clock the transfers alone."""
         prepared = []
+        t_open = time.monotonic()
         try:
             for i, name in enumerate(names):
                 prepared.append(self.prepare(op, i, name))
@@ -420,6 +441,9 @@ class Bench:
         finally:
             for io in prepared:
                 self.close(io)
+        engine = time.monotonic() - t_open
+        stats["engine_seconds"] = round(engine, 6)
+        stats["engine_gbps"] = round(stats["bytes"] / engine / 1e9, 4)
         stats["open_ms"] = rounded(percentiles([io["open_ms"] for io in prepared]))
         stats["close_ms"] = rounded(percentiles([io["close_ms"] for io in prepared if "close_ms" in io]))
         return stats, mismatched
@@ -475,7 +499,7 @@ class Bench:
         nbytes = len(lat) * self.size
         stats = {"files": len(lat), "bytes": nbytes, "seconds": round(seconds, 6),
                  "gbps": round(nbytes / seconds / 1e9, 4) if seconds > 0 else None,
-                 "lat_ms": rounded(percentiles(lat))}
+                 "lat_ms": rounded(percentiles(lat)), "in_flight": mean_in_flight(lat, seconds)}
         return stats, mismatched
 
     def settle(self, names: list[str]) -> None:
