@@ -41,6 +41,13 @@ def test_threshold_missed_fails_with_a_fix():
     assert "bench_vs_fio" in rs["bench.read"].fix
 
 
+def test_the_engine_clock_is_judged_with_the_data_rate_beside_it():
+    result = host_result(gbps_w=1.5)
+    result["write"] |= {"engine_seconds": 0.3355, "engine_gbps": 0.9}  # open and close of every file on the clock
+    w = {r.id: r for r in bench.judge("h1", report(result, min_w=1.0))}["bench.write"]
+    assert w.status == "fail" and w.found.startswith("0.900 GB/s (16 files, 288 MiB in 0.34 s, data only 1.500 GB/s;")
+
+
 def test_worker_failure_bad_data_and_compat_mode():
     [r] = bench.judge("h1", report(host_result(ok=False)))
     assert (r.id, r.status, r.found) == ("bench.run", "fail", "NIXL POSIX: cannot load the plugin")
