@@ -61,6 +61,7 @@ def test_fio_script_writes_then_reads_new_files_and_cleans_up():
         (Path(d) / "someone-elses-file").write_bytes(b"keep me")
         script = bvf.fio_script(d, "libaio", 2, MIB, 4, 30)
         assert "--fallocate=none --create_on_open=1" in script  # empty files, created in fio's clock
+        assert "--rw=read --zero_buffers=1" in script  # read buffers touched before the clock
         res = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False, timeout=120)
         assert res.returncode == 0, res.stderr
         figures = bvf.fio_figures(res.stdout)
