@@ -69,6 +69,25 @@ def runs_dir() -> Path:
     return Path(os.environ.get("KVPROV_RUNS_DIR", paths.state_dir() / "runs"))
 
 
+RUN_NAME = re.compile(r"\d{8}-\d{6}-[a-z-]+-\d+")  # what run() names its directories
+KEEP_RUNS, KEEP_SECONDS = 50, 86400
+
+
+def prune_runs(directory: Path, keep: int = KEEP_RUNS, now: float | None = None) -> list[Path]:
+    """Remove kvprov's own run directories beyond the newest `keep`, but none younger than a day
+    (a run still going may be older than many newer ones). A fleet's artifacts are tens of MB a
+    run. Removes nothing else: only directories named as run() names them, and no link."""
+    import shutil
+
+    now = time.time() if now is None else now
+    runs = sorted((d for d in directory.iterdir() if RUN_NAME.fullmatch(d.name) and not d.is_symlink() and d.is_dir()),
+                  key=lambda d: d.name, reverse=True)
+    old = [d for d in runs[keep:] if now - d.stat().st_mtime > KEEP_SECONDS]
+    for d in old:
+        shutil.rmtree(d, ignore_errors=True)
+    return old
+
+
 def _message(res: dict) -> str:
     """The most useful words from a failed or unreachable result."""
     results = res.get("results")
@@ -137,6 +156,7 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
     stamp = time.strftime("%Y%m%d-%H%M%S")
     private = runs_dir() / f"{stamp}-{name}-{os.getpid()}"
     private.mkdir(parents=True, exist_ok=True)
+    prune_runs(private.parent, int(os.environ.get("KVPROV_RUNS_KEEP", KEEP_RUNS)))
     result = RunResult(rc=-1, artifacts=private)
     printer = _Printer(stream, result, verbose, capture)
     cmdline = " ".join(x for x in ("--check" if check else "", "--diff" if diff else "") if x)
