@@ -64,7 +64,7 @@ COMMANDS = ("first deploy", "no-op deploy", "no-op deploy --full", "deploy --che
             "audit", "check --diff", "testinfra -n 4", "drift deploy")
 TARGETS = {"audit": 20.0, "validate --no-bench": 30.0}
 # Ansible settings tried on a full no-op deploy (--variants): environment over ansible.cfg's
-# forks=50, pipelining, ControlPersist=120s, linear strategy, facts gathered each run.
+# forks=50, pipelining, ControlPersist=120s, linear strategy, minimal facts gathered each run.
 VARIANTS = {
     "as shipped": {},
     "forks 10": {"ANSIBLE_FORKS": "10"},
@@ -73,6 +73,7 @@ VARIANTS = {
     "fact cache (jsonfile, smart)": {"ANSIBLE_GATHERING": "smart", "ANSIBLE_CACHE_PLUGIN": "jsonfile",
                                      "ANSIBLE_CACHE_PLUGIN_CONNECTION": "{tmp}/facts"},
     "strategy free": {"ANSIBLE_STRATEGY": "free"},
+    "no facts (gathering explicit)": {"ANSIBLE_GATHERING": "explicit"},
 }
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TIMEOUT = 1800  # seconds for one command; a command stopped then is recorded with rc -9
