@@ -262,26 +262,46 @@ def verdicts(sizes: list[dict]) -> list[str]:
     return lines
 
 
+def per_host(sizes: list[dict]) -> dict:
+    """{command: (controller CPU seconds per host, fixed CPU seconds)}: the line through the two
+    largest sizes, and the projected controller CPU seconds for 1,000 and 10,000 hosts."""
+    a, b = sizes[-2], sizes[-1]
+    out = {}
+    for name in COMMANDS:
+        if name in a["commands"] and name in b["commands"]:
+            slope = (b["commands"][name]["cpu_s"] - a["commands"][name]["cpu_s"]) / (b["hosts"] - a["hosts"])
+            fixed = b["commands"][name]["cpu_s"] - slope * b["hosts"]
+            out[name] = {"cpu_s_per_host": round(slope, 3), "fixed_cpu_s": round(fixed, 1),
+                         "cpu_s_1000": round(fixed + 1000 * slope), "cpu_s_10000": round(fixed + 10000 * slope)}
+    return out
+
+
 def chart(sizes: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(10.5, 5.5), dpi=110)
     xs = [s["hosts"] for s in sizes]
     for name in COMMANDS:
         ys = [s["commands"].get(name, {}).get("seconds") for s in sizes]
         if any(y is not None for y in ys):
             ax.plot(xs, ys, marker="o", label=name)
+    for name, limit in TARGETS.items():
+        ax.axhline(limit, color="grey", linestyle=":", linewidth=1)
+        ax.annotate(f"target: {name} \u2264 {limit:g} s", (xs[0], limit), textcoords="offset points",
+                    xytext=(2, 3), fontsize=7, color="grey")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(xs, [str(x) for x in xs])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("container hosts")
     ax.set_ylabel("seconds (median)")
     ax.set_title("kvprov at fleet scale: lab containers, one 2-core controller")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     fig.savefig(path)
 
@@ -319,6 +339,13 @@ def main() -> int:
                 args.json.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "sizes": sizes}, indent=2) + "\n")
         finally:
             lab_down()
+    if len(sizes) > 1:
+        projection = per_host(sizes)
+        args.json.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "sizes": sizes,
+                                         "per_host": projection}, indent=2) + "\n")
+        print(f"\n{'controller CPU':22} {'s/host':>7} {'fixed s':>8} {'1,000 hosts':>12} {'10,000 hosts':>13}")
+        for name, f in projection.items():
+            print(f"{name:22} {f['cpu_s_per_host']:7.2f} {f['fixed_cpu_s']:8.1f} {f['cpu_s_1000']:12} {f['cpu_s_10000']:13}")
     chart(sizes, args.chart)
     print("\n" + table(sizes))
     for size in sizes:
