@@ -101,7 +101,7 @@ def test_deploy_installs_and_starts_a_real_engine_and_a_second_deploy_changes_no
     assert sh(f"systemctl is-active {SERVER} {VLLM}").split() == ["active", "active"]
     assert sh(f"systemctl show -p User --value {VLLM}").strip() == "kvprov-engine"
     out = tmp_path / "again.json"
-    r = kvprov("deploy", str(inv), "--json", str(out), timeout=1200)
+    r = kvprov("deploy", str(inv), "--full", "--json", str(out), timeout=1200)  # the whole playbook again
     assert r.returncode == 0 and json.loads(out.read_text())["hosts"][HOST]["changed"] == 0, r.stdout[-4000:]
 
 
@@ -279,7 +279,7 @@ def test_config_only_engine_is_idempotent_and_its_config_drift_is_caught(lab, tm
     c2 = ("10.98.2.2", 22)
     for run in ("first", "second"):
         out = tmp_path / f"{run}.json"
-        r = kvprov("deploy", str(inv), "--json", str(out), timeout=900)
+        r = kvprov("deploy", str(inv), "--json", str(out), *(["--full"] if run == "second" else []), timeout=900)
         assert r.returncode == 0, r.stdout[-4000:]
     assert json.loads(out.read_text())["hosts"]["kvlab-c2"]["changed"] == 0
     r = ssh(*c2, f"sed -i '{edit}' {path}", timeout=30)
