@@ -28,7 +28,7 @@ def recap(stdout: str) -> dict[str, dict[str, int]]:
 
 def test_site_check_mode_from_the_installed_collection(lab, tmp_path):
     ours = tmp_path / "ours.json"
-    r = kvprov("deploy", lab["inventory"], "--check", "--limit", HOST, "--json", str(ours), timeout=600)
+    r = kvprov("deploy", lab["inventory"], "--check", "--full", "--limit", HOST, "--json", str(ours), timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     reference = json.loads(ours.read_text())["hosts"][HOST]
 
