@@ -221,9 +221,9 @@ def run_size(n: int, rounds: int, tmp: Path, with_variants: bool = False) -> dic
             print(f" {m['seconds']:.1f} s, {m['cpu_s']:.0f} CPU s, {m['peak_rss_mib']} MiB, rc {m['rc']}", flush=True)
             if m["rc"] == -signal.SIGKILL:
                 print(f"  {name} stopped after {TIMEOUT} s: recorded as at least that", flush=True)
-            elif m["rc"] not in (0, ok_rc):
-                Path(tmp / "failed.log").write_text(m["output"])
-                raise SystemExit(f"{name} with {n} hosts exited {m['rc']}:\n{m['output'][-4000:]}")
+            elif m["rc"] not in (0, ok_rc):  # recorded with its rc; the output's tail is printed
+                print(f"  {name} with {n} hosts exited {m['rc']} (expected {ok_rc or 0}):\n{m['output'][-3000:]}",
+                      flush=True)
             if name == "audit":
                 findings["audit"] = sorted(audit_drifted(report))
             if name == "check --diff":
@@ -238,6 +238,7 @@ def run_size(n: int, rounds: int, tmp: Path, with_variants: bool = False) -> dic
 def summary(runs: list[dict]) -> dict:
     secs = [r["seconds"] for r in runs]
     return {"seconds": round(statistics.median(secs), 2), "min": min(secs), "max": max(secs), "runs": len(runs),
+            "rc": [r["rc"] for r in runs],
             "cpu_s": statistics.median(r["cpu_s"] for r in runs),
             "peak_rss_mib": max(r["peak_rss_mib"] for r in runs)}
 
