@@ -319,9 +319,22 @@ def table(sizes: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def markdown(sizes: list[dict]) -> str:
+    """The table for the README: seconds (controller CPU s, peak MiB) per command and size."""
+    rows = ["| command | " + " | ".join(f"{s['hosts']} hosts" for s in sizes) + " |",
+            "|---|" + "---:|" * len(sizes)]
+    for name in COMMANDS:
+        cells = [(f"{f['seconds']:.1f} s ({f['cpu_s']:.0f} CPU s, {f['peak_rss_mib']} MiB)"
+                  if (f := s["commands"].get(name)) else "-") for s in sizes]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1,8,32,100", help="comma-separated container counts")
+    ap.add_argument("--add", action="store_true",
+                    help="keep the other sizes already in --json (to measure sizes in several runs)")
     ap.add_argument("--rounds", type=int, default=3, help="runs of each cheap command (the median is kept)")
     ap.add_argument("--variants", type=int, metavar="N", default=8,
                     help="at this size, also time a full no-op deploy under each Ansible setting of VARIANTS (0: none)")
@@ -330,10 +343,12 @@ def main() -> int:
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: the lab needs it")
-    sizes = []
+    wanted = sorted((int(x) for x in args.sizes.split(",")), reverse=True)  # the largest first
+    sizes = [s for s in json.loads(args.json.read_text())["sizes"] if s["hosts"] not in wanted] \
+        if args.add and args.json.exists() else []
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            for n in sorted((int(x) for x in args.sizes.split(",")), reverse=True):  # the largest first
+            for n in wanted:
                 print(f"{n} container hosts: lab up ...", flush=True)
                 sizes = sorted([*sizes, run_size(n, args.rounds, Path(tmp), with_variants=n == args.variants)],
                                key=lambda s: s["hosts"])
@@ -348,7 +363,7 @@ def main() -> int:
         for name, f in projection.items():
             print(f"{name:22} {f['cpu_s_per_host']:7.2f} {f['fixed_cpu_s']:8.1f} {f['cpu_s_1000']:12} {f['cpu_s_10000']:13}")
     chart(sizes, args.chart)
-    print("\n" + table(sizes))
+    print("\n" + table(sizes) + "\n\n" + markdown(sizes))
     for size in sizes:
         for name, m in size["variants"].items():
             print(f"{size['hosts']} hosts, no-op deploy --full, {name:30} {m['seconds']:7.1f} s {m['cpu_s']:6.0f} CPU s")
