@@ -67,7 +67,7 @@ TARGETS = {"audit": 20.0, "validate --no-bench": 30.0}
 # forks=50, pipelining, ControlPersist=120s, linear strategy, minimal facts gathered each run.
 VARIANTS = {
     "as shipped": {},
-    "forks 10": {"ANSIBLE_FORKS": "10"},
+    "forks 4": {"ANSIBLE_FORKS": "4"},
     "no pipelining": {"ANSIBLE_PIPELINING": "False"},
     "no ControlPersist": {"ANSIBLE_SSH_ARGS": "-o ControlMaster=no"},
     "fact cache (jsonfile, smart)": {"ANSIBLE_GATHERING": "smart", "ANSIBLE_CACHE_PLUGIN": "jsonfile",
