@@ -136,7 +136,10 @@ def pause_vms(sig: int) -> None:
     take about half a core between them."""
     for h in (lifecycle.load_state() or {}).get("hosts", []):
         if h["kind"] == "vm" and h.get("pid"):
-            os.kill(h["pid"], sig)
+            try:
+                os.kill(h["pid"], sig)
+            except ProcessLookupError:
+                pass  # gone already: `lab down` cleans up after it
 
 
 def lab_down() -> None:
