@@ -71,7 +71,7 @@ def cmd_deploy(args) -> int:
     if result.hosts or result.failures:
         runner.print_summary(result, rerun=["deploy", *(["--check"] if args.check else []), *inventory.argv(sources)])
     if clean:
-        print(f"\n{len(clean)} host(s) audited clean, not run (--full runs them too): {shorten(clean)}")
+        print(f"\n{len(clean)} host(s) audited clean, not run (--full runs them too): {runner.shorten(clean)}")
     if args.json:
         runner.write_json(result, args.json, clean=clean)
     return exit_code(result)
@@ -87,12 +87,8 @@ def audit_first(sources: list[str], limit: str | None) -> tuple[list[str], list[
     todo = sorted({r.host for r in results if r.status == FAIL})
     clean = [h for h in hosts if h not in todo]
     print(f"deploy: audit of {len(hosts)} host(s) in {time.monotonic() - t0:.1f}s: {len(clean)} clean, "
-          f"{len(todo)} to converge{': ' + shorten(todo) if todo else ''}", file=sys.stderr)
+          f"{len(todo)} to converge{': ' + runner.shorten(todo) if todo else ''}", file=sys.stderr)
     return todo, clean
-
-
-def shorten(hosts: list[str], shown: int = 8) -> str:
-    return ", ".join(hosts[:shown]) + (f" (+{len(hosts) - shown} more)" if len(hosts) > shown else "")
 
 
 def converge(sources: list[str], command: str, limit: str | None, *, check: bool = False, diff: bool = False,

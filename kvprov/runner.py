@@ -248,6 +248,11 @@ def failure_groups(result: RunResult) -> list[tuple[str, list[str], str]]:
                   key=lambda g: (-len(g[1]), g[0]))
 
 
+def shorten(hosts: list[str], shown: int = 8) -> str:
+    """The first `shown` host names, and how many more."""
+    return ", ".join(hosts[:shown]) + (f" (+{len(hosts) - shown} more)" if len(hosts) > shown else "")
+
+
 def format_failures(result: RunResult, shown: int = 8) -> str:
     """One line per reason, naming the hosts (the first `shown` of them); every host's own message
     is in the run's artifacts and in `--json`."""
@@ -256,9 +261,8 @@ def format_failures(result: RunResult, shown: int = 8) -> str:
         if hosts == ["-"]:  # ansible-playbook itself stopped
             lines.append(f"{what}: {example}")
             continue
-        more = f" (+{len(hosts) - shown} more)" if len(hosts) > shown else ""
         lines.append(f"{what} ({len(hosts)} host{'s' if len(hosts) > 1 else ''}): {example} \u2014 "
-                     f"{', '.join(hosts[:shown])}{more}")
+                     f"{shorten(hosts, shown)}")
     return "\n".join(lines)
 
 
