@@ -5,8 +5,9 @@ variables and templates) against the live state, gathered in one module call per
 hosts in parallel (playbooks/collect.yml without its I/O and NIXL probes):
 
 - every managed file, with a unified diff when it differs (secret values and secret files
-  shown as `<redacted>`, kvprov.redact); unmanaged kvprov files in the managed directories
-  (warnings);
+  shown as `<redacted>`, kvprov.redact), its mode and owner; unmanaged kvprov files in the
+  managed directories (warnings); every directory deploy creates (mode, owner, not a link)
+  and the engine user's account (home, shell, group, uid);
 - the live mount (source, options, transport) and its persistence (the mount unit);
 - unit enabled/active states, required OS packages, pinned versions in the venvs, and the
   engine's storage directories;
@@ -125,6 +126,46 @@ def unit_check(c: Context, want: bf.UnitWant) -> Result:
     return res(PASS, expected, found)
 
 
+def dir_check(c: Context, d: bf.ManagedDir) -> Result:
+    """A directory deploy creates: there, a directory (not a link), with deploy's mode and owner."""
+    expected = f"a directory, mode {d.mode}, owner {d.owner}:{d.owner} ({d.role} role)"
+    if not c.b.exists(bf.DIR_MODES):
+        return res(SKIP, expected, "not captured (a bundle from an older kvprov)")
+    e = c.b.json_object(bf.DIR_MODES).get(d.path)
+    if not isinstance(e, dict):
+        raise FileProblem(bf.DIR_MODES, f"has no entry for {show(d.path, 200)}")
+    if e.get("error"):
+        return res(FAIL, expected, f"the collector could not check it: {show(e['error'], 200)}",
+                   "a hung stat() means the mount hung (see mount.io_probe); otherwise collect again")
+    if e.get("exists") is not True:
+        return res(FAIL, expected, "does not exist", c.deploy(d.role))
+    if e.get("is_link") is True:
+        return res(FAIL, expected, "a symbolic link: root never follows one there",
+                   f"remove the link, then {c.deploy(d.role)}")
+    if e.get("is_dir") is not True:
+        return res(FAIL, expected, "not a directory", c.deploy(d.role))
+    found = f"mode {show(e.get('mode'), 8)}, owner {show(e.get('owner'), 32)}:{show(e.get('group'), 32)}"
+    if (e.get("mode"), e.get("owner"), e.get("group")) != (d.mode, d.owner, d.owner):
+        return res(FAIL, expected, found, c.deploy(d.role))
+    return res(PASS, expected, found)
+
+
+def user_check(c: Context) -> Result:
+    """The engine user's account as deploy makes it (a changed shell or home is drift too)."""
+    d = c.d
+    want = {"group": d.engine_user, "home": d.engine_home, "shell": d.engine_shell, "uid": d.engine_uid}
+    expected = f"system user {d.engine_user}: " + ", ".join(f"{k} {v}" for k, v in want.items() if v is not None)
+    if not c.b.exists(bf.ENGINE_USER) or d.engine_home is None:
+        return res(SKIP, expected, "not captured (a bundle from an older kvprov)")
+    live = c.b.json_object(bf.ENGINE_USER)
+    if live.get("exists") is not True:
+        return res(FAIL, expected, "no such user", c.deploy("engine"))
+    differ = [f"{k} {show(live.get(k), 200)}" for k, v in want.items() if v is not None and live.get(k) != v]
+    if differ:
+        return res(FAIL, expected, ", ".join(differ), c.deploy("engine"))
+    return res(PASS, expected, f"uid {show(live.get('uid'), 12)}, as deployed")
+
+
 def restart_check(c: Context) -> Result:
     """Engine units a deploy changed and did not restart (it stopped in between): they run the old
     configuration until the next deploy restarts them."""
@@ -193,6 +234,8 @@ def audit(b: Bundle, d: Desired) -> list[Result]:
                for f in d.files]
     checks += [(f"extra:{dd}", "file", lambda dd=dd: extra_files(c, dd, managed))
                for dd in sorted({posixpath.dirname(p) for p in managed})]
+    checks += [(f"dir:{dd.path}", "file", lambda dd=dd: dir_check(c, dd)) for dd in d.dirs]
+    checks.append((f"user:{d.engine_user}", "engine", lambda: user_check(c)))
     checks += [(f"unit:{u.unit}", "unit", lambda u=u: unit_check(c, u)) for u in d.units]
     checks.append(("restarts", "unit", lambda: restart_check(c)))
     checks.append(("lock", "unit", lambda: lock_check(c)))

@@ -53,6 +53,37 @@ def test_managed_files(host, kvprov_desired: Desired):
     _fail_if(problems, f"{len(problems)} managed file(s) drifted")
 
 
+def test_directories(host, kvprov_desired: Desired):
+    """Every directory deploy creates on the host is one (not a link), with its mode and owner
+    (the storage directories on the KV volume: test_storage_dirs, under a timeout)."""
+    shared = {i.storage_dir for i in kvprov_desired.instances}
+    problems = []
+    for want in kvprov_desired.dirs:
+        if want.path in shared:
+            continue
+        live = host.file(want.path)
+        if not live.exists or live.is_symlink or not live.is_directory:
+            problems.append(f"{want.path}: {'a link' if live.is_symlink else 'not a directory' if live.exists else 'missing'}")
+        elif (live.mode, live.user, live.group) != (int(want.mode, 8), want.owner, want.owner):
+            problems.append(f"{want.path}: {live.user}:{live.group} {live.mode:04o}, want {want.owner}:{want.owner} "
+                            f"{want.mode}")
+    _fail_if(problems, f"{len(problems)} directory(ies) drifted")
+
+
+def test_engine_user(host, kvprov_desired: Desired):
+    """The engine user's account as deploy makes it: primary group, home, shell (and uid when set)."""
+    d = kvprov_desired
+    if d.engine_home is None:
+        pytest.skip("the desired state does not say how the account looks")
+    user = host.user(d.engine_user)
+    if not user.exists:
+        pytest.fail(f"no user {d.engine_user}", pytrace=False)
+    want = {"group": d.engine_user, "home": d.engine_home, "shell": d.engine_shell, "uid": d.engine_uid}
+    live = {"group": user.group, "home": user.home, "shell": user.shell, "uid": user.uid}
+    _fail_if([f"{k} {live[k]}, want {v}" for k, v in want.items() if v is not None and live[k] != v],
+             f"the engine user {d.engine_user}")
+
+
 def test_mount_options(host, kvprov_desired: Desired):
     """The live mount (mountinfo, not fstab) has the source and options of the profile."""
     d = kvprov_desired

@@ -50,6 +50,8 @@ PACKAGES = "packages.txt"
 RESTART_PENDING = "restart_pending.json"
 FILE_MODES = "file_modes.json"
 DEPLOY_LOCK = "deploy_lock.json"
+DIR_MODES = "dir_modes.json"
+ENGINE_USER = "engine_user.json"
 FILES_DIR = "files"  # files/<absolute path>: live copies of managed config files
 SYSTEMCTL_DIR = "systemctl"  # systemctl/<unit>.txt: `systemctl show <unit>`
 
@@ -73,6 +75,8 @@ NAMES: dict[str, str] = {
     DEPLOY_LOCK: "who holds the host's deploy lock (/run/kvprov/deploy.lock), or null",
     FILE_MODES: "each managed file's permission bits, owner uid and whether it is a link (lstat)",
     RESTART_PENDING: "the engine units a deploy changed and has not restarted yet (its restart-pending notes)",
+    DIR_MODES: "each directory deploy creates: whether it is one (lstat), its mode, owner and group",
+    ENGINE_USER: "the engine user's account (uid, primary group, home, shell), or that it does not exist",
 }
 
 MiB = 1 << 20
@@ -303,6 +307,16 @@ class ManagedFile:
 
 
 @dataclass(frozen=True)
+class ManagedDir:
+    """A directory deploy creates, with its mode and owner (the group is the owner's)."""
+
+    path: str
+    mode: str
+    owner: str
+    role: str
+
+
+@dataclass(frozen=True)
 class UnitWant:
     """A unit deploy enables (and starts, when active)."""
 
@@ -341,6 +355,11 @@ class Desired:
     units: tuple[UnitWant, ...] = field(default_factory=tuple)
     packages: tuple[str, ...] = field(default_factory=tuple)
     venvs: dict[str, dict[str, str | None]] = field(default_factory=dict)  # venv -> {dist: pinned version}
+    # Optional (desired.json of kvprov before they were checked: not checked)
+    dirs: tuple[ManagedDir, ...] = field(default_factory=tuple)
+    engine_home: str | None = None
+    engine_shell: str | None = None
+    engine_uid: int | None = None  # None: the system picks it
 
     @property
     def is_nfs(self) -> bool:
@@ -363,10 +382,12 @@ class Desired:
         out: dict[str, Any] = {"format": FORMAT}
         for key, attr, _ in _FIELDS:
             value = getattr(self, attr)
+            if key in _OPTIONAL and value is None:
+                continue
             if attr in ("instances", "units"):
                 value = [{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(i).items()} for i in value]
-            elif attr == "files":
-                value = {f.path: {"mode": f.mode, "role": f.role, "content": f.content} for f in value}
+            elif attr in ("files", "dirs"):
+                value = {f.path: {k: v for k, v in asdict(f).items() if k != "path"} for f in value}
             elif isinstance(value, tuple):
                 value = list(value)
             section, _, leaf = key.rpartition(".")
@@ -390,7 +411,8 @@ class Desired:
         for key, attr, kind in _FIELDS:
             value = _lookup(data, key)
             if value is _ABSENT:
-                problems.append(f"{key}: missing")
+                if key not in _OPTIONAL:
+                    problems.append(f"{key}: missing")
                 continue
             why = _type_problem(value, kind)
             if why:
@@ -403,6 +425,7 @@ class Desired:
         values["rdma_dev_addr_list"] = tuple(values["rdma_dev_addr_list"])
         values["instances"] = tuple(Instance(**{**i, "units": tuple(i["units"])}) for i in values["instances"])
         values["files"] = tuple(ManagedFile(path, **f) for path, f in values["files"].items())
+        values["dirs"] = tuple(ManagedDir(path, **f) for path, f in values.get("dirs", {}).items())
         values["units"] = tuple(UnitWant(**u) for u in values["units"])
         values["packages"] = tuple(values["packages"])
         return cls(**values)
@@ -434,6 +457,7 @@ INSTANCE_FIELDS = {"name": str, "unit": str, "storage_dir": str, "port": int, "u
                    "lmcache_port": OPTIONAL_INT, "metrics_port": OPTIONAL_INT}
 UNIT_FIELDS = {"unit": str, "enabled": bool, "active": bool}
 FILE_FIELDS = {"mode": str, "role": str, "content": str}
+DIR_FIELDS = {"mode": str, "owner": str, "role": str}
 # (JSON key, Desired attribute, kind): kind is a type, a tuple of choices, "strs" or "instances".
 _FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("host", "host", str),
@@ -462,7 +486,12 @@ _FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("units", "units", "units"),
     ("packages", "packages", "strs"),
     ("venvs", "venvs", "venvs"),
+    ("dirs", "dirs", "dirs"),
+    ("engine.home", "engine_home", str),
+    ("engine.shell", "engine_shell", str),
+    ("engine.uid", "engine_uid", OPTIONAL_INT),
 )
+_OPTIONAL = {"dirs", "engine.home", "engine.shell", "engine.uid"}  # absent: the dataclass default
 
 
 def _lookup(data: dict, key: str) -> Any:
@@ -485,6 +514,8 @@ def _is(value: Any, kind: type | tuple) -> bool:
 
 
 def _type_problem(value: Any, kind: Any) -> str | None:
+    if kind == OPTIONAL_INT:
+        return None if _is(value, kind) else f"must be an integer or null, got {json.dumps(value)[:60]}"
     if isinstance(kind, tuple):
         return None if value in kind else f"{value!r} is not one of {', '.join(kind)}"
     if kind == "strs":
@@ -495,10 +526,11 @@ def _type_problem(value: Any, kind: Any) -> str | None:
         if not isinstance(value, list):
             return "must be a list of {" + ", ".join(fields) + "}"
         return _records_problem(dict(enumerate(value)), fields)
-    if kind == "files":
+    if kind in ("files", "dirs"):
+        fields = FILE_FIELDS if kind == "files" else DIR_FIELDS
         if not isinstance(value, dict) or not all(isinstance(k, str) and k.startswith("/") for k in value):
-            return "must map absolute paths to {" + ", ".join(FILE_FIELDS) + "}"
-        return _records_problem(value, FILE_FIELDS)
+            return "must map absolute paths to {" + ", ".join(fields) + "}"
+        return _records_problem(value, fields)
     if kind == "venvs":
         ok = isinstance(value, dict) and all(
             isinstance(pins, dict) and all(isinstance(v, str) or v is None for v in pins.values())

@@ -43,8 +43,10 @@ EXAMPLES = r"""
     probes: false
 """
 
+import grp
 import json
 import os
+import pwd
 import re
 import subprocess
 import sys
@@ -377,6 +379,19 @@ def deploy_lock(path: str = DEPLOY_LOCK) -> dict | None:
     return {k: str(v)[:300] for k, v in data.items()} if isinstance(data, dict) else {}
 
 
+def account(user: str) -> dict:
+    """The user's account as deploy's user module sets it: {exists, uid, group, home, shell}."""
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return {"exists": False}
+    try:
+        group = grp.getgrgid(pw.pw_gid).gr_name
+    except KeyError:
+        group = str(pw.pw_gid)
+    return {"exists": True, "uid": pw.pw_uid, "group": group, "home": pw.pw_dir, "shell": pw.pw_shell}
+
+
 def list_pending(path: str | None) -> list | dict:
     """The units a deploy noted for a restart it has not done yet (none when the directory is missing)."""
     try:
@@ -514,12 +529,20 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
                                                  "error": se.strip()[-500:] or f"exited {rc}"})
 
     paths = {"": mp, **{i["name"]: i["storage_dir"] for i in engine["instances"] if i["storage_dir"]}}  # "": no KV tier
-    rc, so, se, to = run([sys.executable, "-c", STAT_PROBE, *paths.values()], timeout)
+    dirs = sorted(desired.get("dirs") or {})  # every directory deploy creates (some on the KV volume)
+    rc, so, se, to = run([sys.executable, "-c", STAT_PROBE, *paths.values(), *dirs], timeout)
     stats = json.loads(so) if rc == 0 else {}
+
+    def stat_of(path: str) -> dict:
+        return dict(stats.get(path) or {"path": path, "exists": False, "is_dir": False, "is_link": False, "owner": None,
+                                        "group": None, "mode": None,
+                                        "error": "stat timed out (hung mount?)" if to else se.strip() or f"exited {rc}"})
+
+    out["dir_modes.json"] = json.dumps({d: stat_of(d) for d in dirs}, indent=2)
+    out["engine_user.json"] = json.dumps(account(engine["user"]), indent=2)
     entries = {}
     for name, path in paths.items():
-        e = stats.get(path) or {"path": path, "exists": False, "is_dir": False, "owner": None, "group": None,
-                                "mode": None, "error": "stat timed out (hung mount?)" if to else se.strip()}
+        e = stat_of(path)
         e.update(mount_of(path, mountinfo))
         e["is_on_kv_mount"] = e["mount"] == mp if storage["profile"] != "local" else path.startswith(mp)
         w_rc = run(["runuser", "-u", engine["user"], "--", "test", "-w", path], timeout)[0] if e["exists"] else 1

@@ -65,7 +65,7 @@ def test_testinfra_over_paramiko_maps_the_host_to_the_inventory(lab, tmp_path):
                         f"--kvprov-inventory={lab['inventory']}", "--pyargs", "kvprov.checks"],
                        capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert t.returncode == 0, t.stdout[-4000:]
-    assert "7 passed" in t.stdout  # the VM has an NFS mount: no test skips
+    assert "9 passed" in t.stdout  # the VM has an NFS mount: no test skips
 
 
 def _copy_old_nixl():
@@ -170,6 +170,8 @@ def every_kind(lab) -> dict:
         f"file:{TOML}": f"sed -i 's/^use_aio = false/use_aio = true/' {TOML}",
         f"file:{UNIT}": f"chmod 0600 {UNIT}",
         "unit:kvprov-sglang-main.service": "systemctl disable kvprov-sglang-main.service",
+        "dir:/var/lib/kvprov-engine/main": "chmod 0755 /var/lib/kvprov-engine/main",
+        "user:kvprov-engine": "usermod -s /bin/sh kvprov-engine",
         "lock": f"mkdir -p -m 0700 /run/kvprov && printf '%s' '{held}' > /run/kvprov/deploy.lock",
     }
 

@@ -30,7 +30,7 @@ def test_each_check_is_reported_under_its_category():
     assert {i.split(":")[0]: r.category for i, r in results.items()} == {
         "mount.present": "mount", "mount.source": "mount", "mount.options": "mount", "mount.transport": "mount",
         "mount.unit": "mount", "mount.lookupcache": "mount", "file": "file", "extra": "file", "unit": "unit", "package": "package",
-        "venv": "venv", "storage_dir": "engine", "restarts": "unit", "lock": "unit"}
+        "venv": "venv", "storage_dir": "engine", "restarts": "unit", "lock": "unit", "user": "engine"}
 
 
 def test_what_a_clean_host_shows_for_each_kind_of_check():
@@ -169,3 +169,71 @@ def test_the_collector_reads_the_lock_the_lock_module_takes():
         spec.loader.exec_module(modules[name])
     lock_default = yaml.safe_load(modules["kvprov_host_lock"].DOCUMENTATION)["options"]["path"]["default"]
     assert modules["kvprov_collect"].DEPLOY_LOCK == lock_default == "/run/kvprov/deploy.lock"
+
+
+def with_dirs_and_account(files: dict) -> dict:
+    """The lab GPU node's bundle as a kvprov that checks directories and the engine user captures it."""
+    desired = json.loads(files[bf.DESIRED])
+    desired["dirs"] = {"/etc/kvprov": {"mode": "0755", "owner": "root", "role": "nixl"},
+                       "/var/lib/kvprov/sglang/main": {"mode": "0750", "owner": "sglang", "role": "engine"}}
+    desired["engine"].update(home="/var/lib/kvprov/sglang", shell="/usr/sbin/nologin", uid=None)
+    files[bf.DESIRED] = json.dumps(desired)
+    stat = {"is_dir": True, "is_link": False, "exists": True, "error": None}
+    files[bf.DIR_MODES] = json.dumps({
+        "/etc/kvprov": {**stat, "path": "/etc/kvprov", "mode": "0755", "owner": "root", "group": "root"},
+        "/var/lib/kvprov/sglang/main": {**stat, "path": "/var/lib/kvprov/sglang/main", "mode": "0750",
+                                        "owner": "sglang", "group": "sglang"}})
+    files[bf.ENGINE_USER] = json.dumps({"exists": True, "uid": 998, "group": "sglang",
+                                        "home": "/var/lib/kvprov/sglang", "shell": "/usr/sbin/nologin"})
+    return files
+
+
+def test_a_directory_deploy_creates_with_another_mode_owner_or_kind_is_drift():
+    files = with_dirs_and_account(files_of("lab_gpu1"))
+    r = run(files)["dir:/etc/kvprov"]
+    assert (r.status, r.category, r.expected, r.found) == (
+        PASS, "file", "a directory, mode 0755, owner root:root (nixl role)", "mode 0755, owner root:root")
+    entries = json.loads(files[bf.DIR_MODES])
+    work = "/var/lib/kvprov/sglang/main"
+    for change, found, fix in (
+            ({"mode": "0777"}, "mode 0777, owner sglang:sglang", DEPLOY + "engine"),
+            ({"owner": "root"}, "mode 0750, owner root:sglang", DEPLOY + "engine"),
+            ({"group": "users"}, "mode 0750, owner sglang:users", DEPLOY + "engine"),
+            ({"exists": False}, "does not exist", DEPLOY + "engine"),
+            ({"is_dir": False}, "not a directory", DEPLOY + "engine"),
+            ({"is_link": True}, "a symbolic link: root never follows one there", "remove the link, then " + DEPLOY + "engine"),
+            ({"error": "stat timed out (hung mount?)"}, "the collector could not check it: stat timed out (hung mount?)",
+             "a hung stat() means the mount hung (see mount.io_probe); otherwise collect again")):
+        files[bf.DIR_MODES] = json.dumps({**entries, work: {**entries[work], **change}})
+        r = run(files)[f"dir:{work}"]
+        assert (r.status, r.found, r.fix) == (FAIL, found, fix), change
+    files[bf.DIR_MODES] = json.dumps({"/etc/kvprov": entries["/etc/kvprov"]})
+    r = run(files)[f"dir:{work}"]
+    assert (r.status, r.found) == (FAIL, f"dir_modes.json: has no entry for {work}"), r.found
+
+
+def test_the_engine_user_with_another_shell_home_group_or_uid_is_drift():
+    files = with_dirs_and_account(files_of("lab_gpu1"))
+    r = run(files)["user:sglang"]
+    assert (r.status, r.expected, r.found) == (
+        PASS, "system user sglang: group sglang, home /var/lib/kvprov/sglang, shell /usr/sbin/nologin",
+        "uid 998, as deployed")
+    account = json.loads(files[bf.ENGINE_USER])
+    for change, found in (({"shell": "/bin/bash"}, "shell /bin/bash"),
+                          ({"home": "/home/sglang", "group": "users"}, "group users, home /home/sglang"),
+                          ({"exists": False}, "no such user")):
+        files[bf.ENGINE_USER] = json.dumps({**account, **change})
+        r = run(files)["user:sglang"]
+        assert (r.status, r.found, r.fix) == (FAIL, found, DEPLOY + "engine"), change
+    desired = json.loads(files[bf.DESIRED])
+    desired["engine"]["uid"] = 1500  # kvprov_engine_uid: the same uid on every host of a shared volume
+    files[bf.DESIRED], files[bf.ENGINE_USER] = json.dumps(desired), json.dumps(account)
+    r = run(files)["user:sglang"]
+    assert (r.status, r.found) == (FAIL, "uid 998"), r.found
+
+
+def test_a_bundle_from_before_directories_and_the_account_were_captured_skips_them():
+    results = run(files_of("lab_gpu1"))
+    assert not [i for i in results if i.startswith("dir:")]
+    assert (results["user:sglang"].status, results["user:sglang"].found) == (
+        SKIP, "not captured (a bundle from an older kvprov)")

@@ -3,11 +3,12 @@ captured bundle (gpu_a01): what each check fails on, and its message. No host is
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
 from kvprov.checks import test_kvcache_tier as tier
-from kvprov.validate.bundle import Desired
+from kvprov.validate.bundle import Desired, ManagedDir
 from tests.conftest import FIXTURES
 
 BUNDLE = FIXTURES / "bundles" / "gpu_a01"
@@ -108,3 +109,32 @@ def test_managed_files_check_the_gds_files_on_gpu_hosts_only(desired):
     assert "/etc/cufile.json: content differs" in failure(tier.test_managed_files, host, desired)
     auto = Desired.from_dict({**desired.to_dict(), "gds": {**desired.to_dict()["gds"], "mode": "auto"}})
     tier.test_managed_files(host, auto)  # auto: the gds role writes cufile.json only on GPU hosts
+
+
+class Entry:
+    """A directory or account as testinfra reports it."""
+
+    def __init__(self, **kw):
+        self.__dict__.update({"exists": True, "is_symlink": False, "is_directory": True, **kw})
+
+
+def test_directories_and_the_engine_account_as_deploy_makes_them(desired):
+    d = replace(desired, dirs=(ManagedDir("/etc/kvprov", "0755", "root", "nixl"),
+                               ManagedDir("/var/lib/kvprov-engine/gpu0-3", "0750", "kvprov", "engine")),
+                engine_user="kvprov", engine_home="/var/lib/kvprov-engine", engine_shell="/usr/sbin/nologin")
+    live = {"/etc/kvprov": Entry(mode=0o755, user="root", group="root"),
+            "/var/lib/kvprov-engine/gpu0-3": Entry(mode=0o750, user="kvprov", group="kvprov")}
+    account = Entry(group="kvprov", home="/var/lib/kvprov-engine", shell="/usr/sbin/nologin", uid=998)
+    host = type("H", (), {"file": lambda self, p: live[p], "user": lambda self, name: account})()
+    tier.test_directories(host, d)
+    tier.test_engine_user(host, d)
+
+    live["/etc/kvprov"] = Entry(mode=0o777, user="root", group="root")
+    live["/var/lib/kvprov-engine/gpu0-3"] = Entry(is_symlink=True, is_directory=False, mode=0o777, user="x", group="x")
+    message = failure(tier.test_directories, host, d)
+    assert "2 directory(ies) drifted" in message and "/etc/kvprov: root:root 0777, want root:root 0755" in message
+    assert "/var/lib/kvprov-engine/gpu0-3: a link" in message
+    account.shell, account.home = "/bin/bash", "/home/kvprov"
+    assert "home /home/kvprov, want /var/lib/kvprov-engine\n  shell /bin/bash, want /usr/sbin/nologin" in failure(
+        tier.test_engine_user, host, replace(d, engine_uid=None))
+    assert "uid 998, want 1500" in failure(tier.test_engine_user, host, replace(d, engine_uid=1500))
