@@ -382,7 +382,7 @@ class Desired:
         out: dict[str, Any] = {"format": FORMAT}
         for key, attr, _ in _FIELDS:
             value = getattr(self, attr)
-            if key in _OPTIONAL and value is None:
+            if key in _OPTIONAL and value in (None, ()):  # as a desired.json that did not have them
                 continue
             if attr in ("instances", "units"):
                 value = [{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(i).items()} for i in value]
