@@ -14,15 +14,14 @@ asynchronous queue the engine does not have.
 
 Two figures per side and pass, the first the headline:
 - engine GB/s: bytes / the clock an engine sees, the creation (or opening), I/O and close of
-  every file: the worker's engine_gbps. fio's only clock, its runtime, is used for it, with
-  --create_on_open=1 so that fio creates each file during its run (not in its setup): it
-  covers creating/opening the files and the I/O, not the closes, which fio makes after its
-  clock stops (microseconds on a local disk; on NFS, where a close can cost a round trip, fio
-  is flattered and the ratio errs against the worker). The wall-clock of the fio process is
-  no measure: it carries ~0.3 s of fio's own start and exit (a job of one 4 KiB file took
-  0.33 s here), a fifth of a 2.25 GiB pass.
-- data GB/s: bytes / first submission to last completion: the worker's gbps; for fio the
-  same runtime (it has no separate data clock).
+  every file: the worker's engine_gbps. For fio: the wall-clock of the fio process less fio's
+  own start and exit, measured first as the least of 3 writes of one 4 KiB file (0.3 s here,
+  a fifth of a 2.25 GiB pass on a local disk); never below fio's runtime. fio's runtime alone
+  would leave out the closes, which fio makes after its clock stops: microseconds on a local
+  disk, but on NFS a close costs round trips (on the lab's pNFS block mount a LAYOUTCOMMIT
+  and a CLOSE, ~90 ms a file), which the engine pays. --create_on_open=1 makes fio create
+  each file during its run, as the engine does.
+- data GB/s: bytes / first submission to last completion: the worker's gbps; fio's runtime.
 Runs are interleaved: each round runs every depth once, the worker and fio back to back,
 which one goes first alternating; medians of --repeat rounds are compared, with the
 spread (min-max) and the ratios worker/fio (target >= 0.95). The worker's buffers are
@@ -73,34 +72,46 @@ def fio_engine(params: dict) -> str:
     return "libaio"  # use_aio true, false or absent: NIXL's default queue is Linux AIO
 
 
-def fio_script(directory: str, engine: str, depth: int, size: int, files: int, seconds: float) -> str:
-    """sh script: fio's write then read run in a fresh directory; removes its files and that directory."""
+WALL = "kvprov-wall-ns"
+
+
+def fio_script(directory: str, engine: str, depth: int, size: int, files: int, seconds: float,
+               ops: tuple[str, ...] = OPS) -> str:
+    """sh script: fio's write then read run in a fresh directory, each followed by a line with its
+    wall-clock in ns; removes its files and that directory."""
     run_dir = shlex.quote(f"{directory.rstrip('/')}/.kvprov-fio-{os.getpid()}-{time.time_ns()}")
     common = (f"--output-format=json --directory=\"$d\" --filename_format='kvprov-fio.$filenum' "
               f"--ioengine={engine} --iodepth={depth} --direct=1 --bs={size} --filesize={size} "
               f"--nrfiles={files} --size={size * files} --lat_percentiles=1 "
               f"--runtime={max(1, round(seconds))}")
+    # Two runs, not two jobs of one: fio would lay out the read job's files before the write
+    # job runs, and the writes would then overwrite allocated blocks. The write run creates each
+    # file, empty, when it first does I/O to it (as the engine does).
+    runs = {"write": "--name=write --rw=write --fallocate=none --create_on_open=1",
+            "read": "--name=read --rw=read --zero_buffers=1"}
+    timed = [f't0=$(date +%s%N); fio {common} {runs[op]} || exit 1; echo "{WALL} $(($(date +%s%N) - t0))"'
+             for op in ops]
     return (f"d={run_dir}\n"
             "mkdir \"$d\" || exit 1\n"
             "trap 'rm -f \"$d\"/kvprov-fio.*; rmdir \"$d\"' EXIT\n"
             "trap 'exit 1' HUP INT TERM\n"
-            # Two runs, not two jobs of one: fio would lay out the read job's files before the
-            # write job runs, and the writes would then overwrite allocated blocks. The write run
-            # creates each file, empty, when it first does I/O to it (as the engine does).
-            f"fio {common} --name=write --rw=write --fallocate=none --create_on_open=1 || exit 1\n"
-            f"echo {SPLIT}\n"
-            f"fio {common} --name=read --rw=read --zero_buffers=1\n")
+            + f"\necho {SPLIT}\n".join(timed) + "\n")
 
 
-def fio_figures(out: str) -> dict:
+def fio_figures(out: str, overhead: float = 0.0, ops: tuple[str, ...] = OPS) -> dict:
+    """Per op: the data clock (fio's runtime) and the engine clock (the fio process's wall-clock
+    less `overhead`, fio's own start and exit: it holds the creation, I/O and close of every
+    file; never below the runtime)."""
     figures = {}
-    for op, text in zip(OPS, out.split(SPLIT), strict=True):
-        data = json.loads(text[text.index("{"):])["jobs"][0][op]
+    for op, text in zip(ops, out.split(SPLIT), strict=True):
+        data = json.JSONDecoder().raw_decode(text[text.index("{"):])[0]["jobs"][0][op]
+        wall = int(text.rsplit(WALL, 1)[1].split()[0]) / 1e9
         pct = data["lat_ns"].get("percentile", {})
         seconds = data["runtime"] / 1e3
-        gbps = rate(data["io_bytes"], seconds)
-        figures[op] = {"bytes": data["io_bytes"], "seconds": seconds, "gbps": gbps,
-                       "engine_seconds": seconds, "engine_gbps": gbps,
+        engine_seconds = max(seconds, wall - overhead)
+        figures[op] = {"bytes": data["io_bytes"], "seconds": seconds, "gbps": rate(data["io_bytes"], seconds),
+                       "wall_seconds": wall, "engine_seconds": engine_seconds,
+                       "engine_gbps": rate(data["io_bytes"], engine_seconds),
                        "lat_ms": {"p50": pct.get("50.000000", 0) / 1e6, "p99": pct.get("99.000000", 0) / 1e6}}
     return figures
 
@@ -139,7 +150,20 @@ def run_fio(host: Host, args: argparse.Namespace, engine: str, depth: int) -> di
     res = host.sh(fio_script(args.dir, engine, depth, args.file_bytes, args.files, args.seconds))
     if res.returncode != 0:
         raise SystemExit(f"fio failed (exit {res.returncode}):\n{res.stderr[-3000:]}{res.stdout[-3000:]}")
-    return fio_figures(res.stdout)
+    return fio_figures(res.stdout, args.fio_overhead)
+
+
+def fio_overhead(host: Host, args: argparse.Namespace, engine: str, runs: int = 3) -> float:
+    """fio's own start and exit: the least wall-clock less runtime of a write of one 4 KiB file
+    (with that file's creation and close, a small bias in fio's favour)."""
+    spent = []
+    for _ in range(runs):
+        res = host.sh(fio_script(args.dir, engine, 1, 4096, 1, 10, ops=("write",)))
+        if res.returncode != 0:
+            raise SystemExit(f"fio failed (exit {res.returncode}):\n{res.stderr[-3000:]}{res.stdout[-3000:]}")
+        f = fio_figures(res.stdout, ops=("write",))["write"]
+        spent.append(f["wall_seconds"] - f["seconds"])
+    return min(spent)
 
 
 def ratio(a, b):
@@ -196,9 +220,11 @@ def main() -> int:
     engine = fio_engine(json.loads(args.params))
     depths = [int(d) for d in args.concurrency.split(",")]
     host = Host(args.ssh, timeout=4 * args.seconds + 300)
+    args.fio_overhead = fio_overhead(host, args, engine)
     print(f"{args.dir} on {args.ssh or 'this machine'}: {args.files} files x {args.file_bytes} B "
           f"({args.files * args.file_bytes / 2**30:.2f} GiB a pass), one I/O per file, O_DIRECT; "
-          f"NIXL POSIX {args.params} vs fio {engine}", flush=True)
+          f"NIXL POSIX {args.params} vs fio {engine} (fio's own start and exit: {args.fio_overhead:.3f} s)",
+          flush=True)
     print(f"{'round':>7} {'depth':>5} | {'engine GB/s write':>22} {'read':>16} | {'data GB/s write':>20} "
           f"{'read':>16} | in flight w/r | p50 ms w/r worker, fio", flush=True)
     runs = []
@@ -237,6 +263,7 @@ def main() -> int:
         Path(args.json).write_text(json.dumps({
             "dir": args.dir, "ssh": args.ssh, "params": args.params, "fio_engine": engine,
             "file_bytes": args.file_bytes, "files": args.files, "repeat": args.repeat, "target": TARGET,
+            "fio_overhead_seconds": args.fio_overhead,
             "summary": summary, "runs": runs}, indent=2))
     return 0
 

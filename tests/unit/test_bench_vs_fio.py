@@ -64,8 +64,12 @@ def test_fio_script_writes_then_reads_new_files_and_cleans_up():
         assert "--rw=read --zero_buffers=1" in script  # read buffers touched before the clock
         res = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False, timeout=120)
         assert res.returncode == 0, res.stderr
-        figures = bvf.fio_figures(res.stdout)
+        figures = bvf.fio_figures(res.stdout, overhead=0.01)
         for op in ("write", "read"):
-            assert figures[op]["bytes"] == 4 * MIB
-            assert figures[op]["gbps"] > 0 and figures[op]["engine_gbps"] == figures[op]["gbps"]
+            f = figures[op]
+            assert f["bytes"] == 4 * MIB and f["gbps"] > 0 and f["wall_seconds"] > f["seconds"]
+            # the engine clock: the wall-clock less fio's own start and exit, never below its runtime
+            assert f["engine_seconds"] == max(f["seconds"], f["wall_seconds"] - 0.01)
+            assert f["engine_gbps"] == 4 * MIB / f["engine_seconds"] / 1e9
+        assert bvf.fio_figures(res.stdout, overhead=1e6)["write"]["engine_seconds"] == figures["write"]["seconds"]
         assert [p.name for p in Path(d).iterdir()] == ["someone-elses-file"]
