@@ -379,6 +379,17 @@ def deploy_lock(path: str = DEPLOY_LOCK) -> dict | None:
     return {k: str(v)[:300] for k, v in data.items()} if isinstance(data, dict) else {}
 
 
+def stat_paths(paths: list, timeout: int) -> dict:
+    """{path: STAT_PROBE's entry} (lstat in a child process: a hung mount cannot hang the collector)."""
+    if not paths:
+        return {}
+    rc, so, se, to = run([sys.executable, "-c", STAT_PROBE, *paths], timeout)
+    stats = json.loads(so) if rc == 0 else {}
+    error = "stat timed out (hung mount?)" if to else se.strip() or f"exited {rc}"
+    return {p: stats.get(p) or {"path": p, "exists": False, "is_dir": False, "is_link": False, "owner": None,
+                                "group": None, "mode": None, "error": error} for p in paths}
+
+
 def account(user: str) -> dict:
     """The user's account as deploy's user module sets it: {exists, uid, group, home, shell}."""
     try:
@@ -529,20 +540,15 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
                                                  "error": se.strip()[-500:] or f"exited {rc}"})
 
     paths = {"": mp, **{i["name"]: i["storage_dir"] for i in engine["instances"] if i["storage_dir"]}}  # "": no KV tier
-    dirs = sorted(desired.get("dirs") or {})  # every directory deploy creates (some on the KV volume)
-    rc, so, se, to = run([sys.executable, "-c", STAT_PROBE, *paths.values(), *dirs], timeout)
-    stats = json.loads(so) if rc == 0 else {}
-
-    def stat_of(path: str) -> dict:
-        return dict(stats.get(path) or {"path": path, "exists": False, "is_dir": False, "is_link": False, "owner": None,
-                                        "group": None, "mode": None,
-                                        "error": "stat timed out (hung mount?)" if to else se.strip() or f"exited {rc}"})
-
-    out["dir_modes.json"] = json.dumps({d: stat_of(d) for d in dirs}, indent=2)
+    dirs = sorted(desired.get("dirs") or {})  # every directory deploy creates
+    on_volume = [d for d in dirs if d == mp or d.startswith(mp.rstrip("/") + "/")]
+    stats = stat_paths([*paths.values(), *on_volume], timeout)
+    stats.update(stat_paths([d for d in dirs if d not in stats], timeout))  # apart: a hung mount hides none of them
+    out["dir_modes.json"] = json.dumps({d: stats[d] for d in dirs}, indent=2)
     out["engine_user.json"] = json.dumps(account(engine["user"]), indent=2)
     entries = {}
     for name, path in paths.items():
-        e = stat_of(path)
+        e = dict(stats[path])
         e.update(mount_of(path, mountinfo))
         e["is_on_kv_mount"] = e["mount"] == mp if storage["profile"] != "local" else path.startswith(mp)
         w_rc = run(["runuser", "-u", engine["user"], "--", "test", "-w", path], timeout)[0] if e["exists"] else 1

@@ -106,3 +106,20 @@ def test_the_collector_arguments_logged_on_the_target_carry_no_file_content(tmp_
     logged = log.read_text()
     assert "Invoked with desired=" in logged and "'/etc/systemd/system/kvprov-sglang-main.service'" in logged
     assert "MARKER" not in logged and "[Install]" not in logged and "ExecStart" not in logged
+
+
+def test_directories_and_the_account_are_captured_as_the_audit_reads_them(tmp_path):
+    """stat_paths: lstat in a child process (a link is reported, never followed); account: pwd/grp."""
+    (tmp_path / "d").mkdir(mode=0o750)
+    os.chmod(tmp_path / "d", 0o750)
+    (tmp_path / "link").symlink_to(tmp_path / "d")
+    paths = [str(tmp_path / n) for n in ("d", "link", "missing")]
+    stats = collector.stat_paths(paths, 30)
+    assert {k: (v["exists"], v["is_dir"], v["is_link"], v["mode"], v["owner"], v["error"]) for k, v in stats.items()} == {
+        paths[0]: (True, True, False, "0750", "root", None),
+        paths[1]: (True, False, True, "0777", "root", None),
+        paths[2]: (False, False, False, None, None, None)}
+    assert collector.stat_paths([], 30) == {}
+    assert collector.account("root") == {"exists": True, "uid": 0, "group": "root", "home": "/root",
+                                         "shell": collector.pwd.getpwnam("root").pw_shell}
+    assert collector.account("kvprov-no-such-user") == {"exists": False}
