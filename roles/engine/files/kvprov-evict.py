@@ -1,12 +1,25 @@
 #!/usr/bin/python3
 # Managed by kvprov (roles/engine/files/kvprov-evict.py): local changes are overwritten.
-"""kvprov-evict: keep one engine instance's KV-tier directory under its marks.
+"""kvprov-evict: keep one KV namespace (a directory on the shared volume) under its marks.
 
-Usage: kvprov-evict [--high-percent H] [--low-percent L] [--max-bytes B] [--dry-run] DIR
+Usage: kvprov-evict [--high-percent H] [--low-percent L] [--max-bytes B] [--keep-minutes K]
+                    [--dry-run] DIR
 
-When the volume holding DIR has H percent of its space or of its inodes in use, or DIR
-holds H percent of B bytes (B > 0), the regular files of DIR that were used least recently
-go first until the volume and DIR are under L percent again (or DIR has no file left).
+One evictor at a time per directory, across hosts: it first takes the lease, an exclusive
+fcntl lock on DIR/.kvprov-evict.lock (NFSv4 locks hold across clients; the server frees the
+lock of a client that died once its NFS lease expires). When another evictor holds it, it
+says so and exits 0: the next timer run tries again.
+
+When the volume holding DIR has H percent of its space or of its inodes in use, or DIR holds
+H percent of B bytes (B > 0), the regular files of DIR that were used least recently go first,
+never one used in the last K minutes. How much goes:
+  - DIR's own limit: down to L percent of B (the directory's own excess, all of it);
+  - the volume's marks: only DIR's fair share of the volume's excess over L percent, that
+    excess scaled by DIR's share of what is used (its bytes / the volume's used bytes, its files
+    / the volume's used inodes). Every namespace's evictor takes its own share, so together
+    they bring the volume under L percent; a directory never pays for what other tenants
+    wrote, and never empties itself in one run because others fill the volume (a tenant that
+    never evicts still makes each run take a share, until the volume is under H percent).
 "Used" is the later of a file's atime and mtime: the atime where the mount updates it
 (relatime: at the first read after a write, then once a day), the last write where it
 does not (noatime). See docs/capacity.md.
@@ -16,15 +29,21 @@ it is opened relative to its parent with O_NOFOLLOW and must be on the same file
 files are removed with unlinkat() relative to their parent, after a fresh lstat() says
 they are still a regular file not used since the scan. Links, devices, sockets and other
 filesystems are never entered or touched; no directory is ever removed; a file that
-vanishes or cannot be stat'ed is skipped. Stdlib only (runs with the host's python3).
+vanishes or cannot be stat'ed is skipped. The lease file is opened relative to DIR with
+O_NOFOLLOW|O_NONBLOCK (a link or a FIFO there is refused), created mode 0600, never removed.
+Stdlib only (runs with the host's python3).
 
-Exit status: 0 done (also when the marks cannot be reached from DIR alone: said in the
-journal), 1 DIR unusable, 2 bad arguments.
+Exit status: 0 done (also when another evictor holds the lease, and when DIR's share cannot
+be removed without a file used in the last K minutes: said in the journal), 1 DIR or its lease
+file unusable, 2 bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import fcntl
+import math
 import os
 import stat
 import sys
@@ -33,6 +52,8 @@ from dataclasses import dataclass, field
 
 MAX_DEPTH = 32  # directories below DIR (the engines use at most a few levels)
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+LEASE = ".kvprov-evict.lock"  # in DIR: the lock every evictor of DIR takes first, on any host
+LEASE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 WARNING = "<4>"  # journald's priority prefix (SyslogLevelPrefix=yes, systemd's default)
 
 
@@ -84,30 +105,44 @@ def percent(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "n/a"
 
 
-def need(vol: Volume, dir_bytes: int, high: int, low: int, max_bytes: int) -> Need:
+def share(excess: int, mine: int, used: int) -> int:
+    """Pure: this directory's fair share of a volume's excess: the excess scaled by the part of
+    the volume's use that is this directory's (rounded up, at most all of it)."""
+    if excess <= 0 or mine <= 0 or used <= 0:
+        return 0
+    return min(mine, -(-excess * mine // used))
+
+
+def need(vol: Volume, dir_bytes: int, dir_files: int, high: int, low: int, max_bytes: int) -> Need:
     """Pure: how much to remove, from the volume's use and DIR's size against the marks.
-    Nothing unless a high mark is reached; then enough for every mark reached to fall under
-    its low mark."""
+    Nothing unless a high mark is reached; then DIR's own excess over its limit, and DIR's fair
+    share (share()) of the volume's excess over the low mark: the larger of the byte needs."""
     nbytes = nfiles = 0
     reasons = []
     if vol.size and vol.used * 100 >= high * vol.size:
-        nbytes = max(nbytes, vol.used - vol.size * low // 100)
-        reasons.append(f"volume space {percent(vol.used, vol.size)} >= {high}%")
+        excess = vol.used - vol.size * low // 100
+        nbytes = share(excess, dir_bytes, vol.used)
+        reasons.append(f"volume space {percent(vol.used, vol.size)} >= {high}%: this directory's share "
+                       f"{human(nbytes)} ({percent(dir_bytes, vol.used)} of the used space) of the "
+                       f"{human(excess)} over {low}%")
     if vol.inodes and vol.inodes_used * 100 >= high * vol.inodes:
-        nfiles = vol.inodes_used - vol.inodes * low // 100
-        reasons.append(f"volume inodes {percent(vol.inodes_used, vol.inodes)} >= {high}%")
+        excess = vol.inodes_used - vol.inodes * low // 100
+        nfiles = share(excess, dir_files, vol.inodes_used)
+        reasons.append(f"volume inodes {percent(vol.inodes_used, vol.inodes)} >= {high}%: this directory's "
+                       f"share {nfiles} files ({percent(dir_files, vol.inodes_used)} of the used inodes) of "
+                       f"the {excess} over {low}%")
     if max_bytes and dir_bytes * 100 >= high * max_bytes:
         nbytes = max(nbytes, dir_bytes - max_bytes * low // 100)
         reasons.append(f"directory {human(dir_bytes)} >= {high}% of {human(max_bytes)}")
     return Need(nbytes, nfiles, tuple(reasons))
 
 
-def choose(files: list[Entry], want: Need) -> list[Entry]:
+def choose(files: list[Entry], want: Need, keep_since: float = math.inf) -> list[Entry]:
     """Pure: the least recently used files, oldest first, until `want` is met (all of them
-    when it cannot be)."""
+    when it cannot be); never one used at or after `keep_since` (epoch seconds)."""
     out, freed = [], 0
     for f in sorted(files, key=lambda e: (e.last_use, e.parts)):
-        if freed >= want.bytes and len(out) >= want.files:
+        if (freed >= want.bytes and len(out) >= want.files) or f.last_use >= keep_since:
             break
         out.append(f)
         freed += f.size
@@ -129,8 +164,26 @@ def open_root(path: str) -> int:
     return os.open(path, DIR_FLAGS)
 
 
+def take_lease(root: int) -> int | None:
+    """The lease of DIR (an fd): the lock file's fd, held until closed; None when another
+    evictor (any process, any host) holds it. OSError when the file cannot be used: a link, a
+    FIFO or another non-regular file in its place, no permission, or no locks on the mount."""
+    fd = os.open(LEASE, LEASE_FLAGS, 0o600, dir_fd=root)  # O_NOFOLLOW: ELOOP on a link
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # an fcntl() lock: NFS carries it to the server
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EACCES, errno.EAGAIN):
+            return None
+        raise
+    return fd
+
+
 def scan(root: int, depth: int = MAX_DEPTH) -> Scan:
-    """Every regular file below the directory `root` (an fd), on its filesystem only."""
+    """Every regular file below the directory `root` (an fd), on its filesystem only; the
+    lease file at the top is not one of them."""
     out = Scan()
     dev = os.fstat(root).st_dev
     _scan(root, (), dev, depth, out)
@@ -145,6 +198,8 @@ def _scan(fd: int, parts: tuple[str, ...], dev: int, depth: int, out: Scan) -> N
         out.skipped += 1
         return
     for e in entries:
+        if not parts and e.name == LEASE:
+            continue
         try:
             st = e.stat(follow_symlinks=False)  # fstatat(fd, name, AT_SYMLINK_NOFOLLOW)
         except OSError:  # vanished, or not ours to stat
@@ -194,9 +249,9 @@ class Run:
     newest: float | None = None
 
 
-def evict(root: int, files: list[Entry], want: Need, dry_run: bool = False) -> Run:
+def evict(root: int, files: list[Entry], want: Need, dry_run: bool = False, keep_since: float = math.inf) -> Run:
     run = Run()
-    for f in choose(files, want):
+    for f in choose(files, want, keep_since):
         got = f.size if dry_run else remove(root, f)
         if got is not None:
             run.removed += 1
@@ -213,13 +268,16 @@ def when(t: float | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kvprov-evict", description=__doc__.split("\n\n")[1])
     p.add_argument("directory")
-    p.add_argument("--high-percent", type=int, default=90, help="start at this use (1..100)")
-    p.add_argument("--low-percent", type=int, default=80, help="stop under this use (0..high-1)")
+    p.add_argument("--high-percent", type=int, default=85, help="start at this use (1..100)")
+    p.add_argument("--low-percent", type=int, default=70, help="stop under this use (0..high-1)")
     p.add_argument("--max-bytes", type=int, default=0, help="the directory's own limit (0: none)")
+    p.add_argument("--keep-minutes", type=int, default=60, help="never remove a file used this recently (0: none)")
     p.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     a = p.parse_args(argv)
-    if not (1 <= a.high_percent <= 100 and 0 <= a.low_percent < a.high_percent and a.max_bytes >= 0):
-        p.error("need 1 <= --high-percent <= 100, 0 <= --low-percent < --high-percent, --max-bytes >= 0")
+    if not (1 <= a.high_percent <= 100 and 0 <= a.low_percent < a.high_percent and a.max_bytes >= 0
+            and a.keep_minutes >= 0):
+        p.error("need 1 <= --high-percent <= 100, 0 <= --low-percent < --high-percent, --max-bytes >= 0, "
+                "--keep-minutes >= 0")
     d = a.directory
     try:
         root = open_root(d)
@@ -228,30 +286,56 @@ def main(argv: list[str] | None = None) -> int:
               "(kvprov deploy creates it; a link there is refused)", file=sys.stderr)
         return 1
     try:
-        found = scan(root)
-        vol = Volume.of(os.fstatvfs(root))
-        want = need(vol, found.bytes, a.high_percent, a.low_percent, a.max_bytes)
-        limit = f" of limit {human(a.max_bytes)}" if a.max_bytes else ""
-        state = (f"volume space {percent(vol.used, vol.size)}, inodes {percent(vol.inodes_used, vol.inodes)}; "
-                 f"directory {human(found.bytes)}{limit} in {len(found.files)} files"
-                 + (f" ({found.skipped} entries skipped: vanished or unreadable)" if found.skipped else ""))
-        if not want.reasons:
-            print(f"{d}: under the marks ({a.high_percent}%/{a.low_percent}%): {state}")
+        try:
+            lease = take_lease(root)
+        except OSError as e:
+            print(f"{d}: cannot take the lease {LEASE}: {e.strerror} (a link or non-regular file there is "
+                  "refused; it must be the engine user's, the same uid on every host; the mount must "
+                  "support locks)", file=sys.stderr)
+            return 1
+        if lease is None:
+            print(f"{d}: another evictor holds the lease ({LEASE}): nothing done, the next run tries again")
             return 0
-        run = evict(root, found.files, want, a.dry_run)
-        verb = "would remove" if a.dry_run else "removed"
-        print(f"{d}: {'; '.join(want.reasons)}: {verb} {run.removed} files, {human(run.freed)} (last used "
-              f"{when(run.oldest)} to {when(run.newest)}); before: {state}")
-        after = Volume.of(os.fstatvfs(root))
-        left = found.bytes - run.freed
-        short = run.freed < want.bytes or run.removed < want.files
-        if short and not a.dry_run:
-            print(f"{WARNING}{d}: still above the low mark {a.low_percent}% after removing every file it could "
-                  f"(directory {human(left)} left, volume space {percent(after.used, after.size)}, inodes "
-                  f"{percent(after.inodes_used, after.inodes)}): the rest of the volume is not this instance's")
-        return 0
+        taken = time.time()
+        try:
+            return _run(root, d, a)
+        finally:
+            os.close(lease)  # closing the fd drops the lock
+            print(f"{d}: released the lease, held {taken:.3f} to {time.time():.3f} (epoch seconds)")
     finally:
         os.close(root)
+
+
+def _run(root: int, d: str, a: argparse.Namespace) -> int:
+    now = time.time()
+    keep_since = now - 60 * a.keep_minutes if a.keep_minutes else math.inf
+    found = scan(root)
+    vol = Volume.of(os.fstatvfs(root))
+    want = need(vol, found.bytes, len(found.files), a.high_percent, a.low_percent, a.max_bytes)
+    limit = f" of limit {human(a.max_bytes)}" if a.max_bytes else ""
+    state = (f"volume space {percent(vol.used, vol.size)}, inodes {percent(vol.inodes_used, vol.inodes)}; "
+             f"directory {human(found.bytes)}{limit} in {len(found.files)} files"
+             + (f" ({found.skipped} entries skipped: vanished or unreadable)" if found.skipped else ""))
+    if not want.reasons:
+        print(f"{d}: under the marks ({a.high_percent}%/{a.low_percent}%): {state}")
+        return 0
+    run = evict(root, found.files, want, a.dry_run, keep_since)
+    verb = "would remove" if a.dry_run else "removed"
+    print(f"{d}: {'; '.join(want.reasons)}: {verb} {run.removed} files, {human(run.freed)} (last used "
+          f"{when(run.oldest)} to {when(run.newest)}); before: {state}")
+    recent = [f for f in found.files if f.last_use >= keep_since]
+    if run.freed < want.bytes or run.removed < want.files:
+        left = found.bytes - run.freed
+        why = (f"{len(recent)} files ({human(sum(f.size for f in recent))}) used in the last {a.keep_minutes} "
+               "minutes are kept" if recent else "files vanished or were used again during the run")
+        print(f"{WARNING}{d}: short of what it had to remove ({human(run.freed)} of {human(want.bytes)}, "
+              f"{run.removed} of {want.files} files; directory {human(left)} left): {why}")
+    if not a.dry_run:
+        after = Volume.of(os.fstatvfs(root))
+        if after.size and after.used * 100 >= a.low_percent * after.size:
+            print(f"{d}: the volume is still at {percent(after.used, after.size)} (low mark {a.low_percent}%): "
+                  "the rest of its excess is the other tenants' share")
+    return 0
 
 
 if __name__ == "__main__":
