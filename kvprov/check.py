@@ -764,6 +764,8 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_lmcache_mp_l2_size_gb": non_negative,
     "kvprov_lmcache_mp_nixl_file_size": int_range(4096, note=" (bytes; at least one KV chunk)"),
     "kvprov_lmcache_mp_nixl_pool_size": int_range(1),
+    "kvprov_lmcache_mp_l2_eviction_watermark": fraction,
+    "kvprov_lmcache_mp_l2_eviction_ratio": fraction,
     "kvprov_lmcache_inproc_chunk_size": int_range(1),
     "kvprov_lmcache_inproc_max_local_cpu_size": non_negative,
     "kvprov_lmcache_inproc_max_local_disk_size": positive_number,
@@ -1111,9 +1113,27 @@ def _lmcache_mp(h: HostView) -> list[Problem]:
         out.append(h.problem("kvprov_lmcache_mp_host", "the LMCache MP server has no authentication: listening "
                              "beyond loopback lets any host on that network read and write the KV cache",
                              severity="warning"))
-    if h.get("kvprov_lmcache_mp_l2_type") != "nixl_store":
+    l2 = h.get("kvprov_lmcache_mp_l2_type")
+    if l2 == "fs_native" and h.get("kvprov_lmcache_mp_l2_size_gb") == 0:
+        out.append(h.problem("kvprov_lmcache_mp_l2_size_gb",
+                             "0 leaves fs_native without max_capacity_gb and its eviction block: LMCache never "
+                             "evicts from L2 and only kvprov's evictor (kvprov_engine_evict) bounds the directory; "
+                             "set the L2 capacity in GB", severity="warning"))
+    l1 = h.get("kvprov_lmcache_mp_l1_size_gb")
+    if l2 in ("nixl_store", "nixl_store_dynamic") and isinstance(l1, (int, float)) and int(l1 * (1 << 30)) % 4096:
+        out.append(h.problem("kvprov_lmcache_mp_l1_size_gb",
+                             f"{l1} GiB is {int(l1 * (1 << 30))} bytes, not a multiple of LMCache's 4096-byte L1 "
+                             f"page: {l2} registers the L1 with NIXL page by page and the server fails at start "
+                             "(NIXL_ERR_NOT_FOUND in prepXferDlist); use e.g. "
+                             f"{max(round(l1 * 4) / 4, 0.25)}"))
+    if l2 != "nixl_store":
         return out
     pool, size = h.get("kvprov_lmcache_mp_nixl_pool_size"), h.get("kvprov_lmcache_mp_nixl_file_size")
+    if is_int(size) and size >= 4096 and size % 4096:
+        out.append(h.problem("kvprov_lmcache_mp_nixl_file_size",
+                             f"{size} is not a multiple of LMCache's 4096-byte L1 page: nixl_store refuses it at "
+                             f"start (\"file_size ({size}) must be a multiple of page_size (4096)\"); use "
+                             f"{size // 4096 * 4096}"))
     want = h.get("kvprov_lmcache_mp_l2_size_gb")
     if is_int(pool) and is_int(size) and isinstance(want, (int, float)) and pool * size < want * 1e9:
         need = -(-int(want * 1e9) // size)
@@ -1131,11 +1151,15 @@ def _lmcache_inproc(h: HostView) -> list[Problem]:
                              "the nixl tier stages through LMCache's host DRAM pool (nixl_buffer_device cpu): "
                              "LMCache refuses max_local_cpu_size 0 (\"requires max_local_cpu_size > 0\")"))
     extra = h.get("kvprov_lmcache_inproc_config") or {}
-    for key in sorted(set(extra) & {"local_disk", "max_local_disk_size", "gds_path", "gds_buffer_size", "chunk_size",
-                                    "local_cpu", "max_local_cpu_size", "extra_config", "nixl_buffer_device"}):
-        out.append(h.problem("kvprov_lmcache_inproc_config",
-                             f"{key} is set by kvprov's own variables (kvprov_lmcache_inproc_*): remove it here",
-                             key))
+    owned = {"local_disk", "max_local_disk_size", "gds_path", "gds_buffer_size", "chunk_size", "local_cpu",
+             "max_local_cpu_size", "extra_config", "nixl_buffer_device"}
+    if h.get("kvprov_lmcache_inproc_tier") == "fs":
+        owned.add("remote_url")
+    for key in sorted(set(extra) & owned):
+        why = ("kvprov writes it for the fs tier (kvprov_lmcache_inproc_tier: fs): remove it here or choose "
+               "another tier" if key == "remote_url" else
+               "is set by kvprov's own variables (kvprov_lmcache_inproc_*): remove it here")
+        out.append(h.problem("kvprov_lmcache_inproc_config", f"{key} {why}", key))
     return out
 
 

@@ -152,11 +152,13 @@ def test_s3_without_a_credentials_file_is_a_warning_for_the_engine_that_uses_it(
     inproc_s3 = {"remote_url": "s3://kv-bucket/cache"}
     assert problems(kvprov_nixl_plugins=obj) == [
         f"warning kvprov_nixl_plugins: the active NIXL plugin obj {S3_WARNING}"]
-    assert problems(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_config=inproc_s3) == [
+    # (a second tier beside local_disk; with the fs tier kvprov writes remote_url itself)
+    assert problems(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_tier="local_disk",
+                    kvprov_lmcache_inproc_config=inproc_s3) == [
         f"warning kvprov_lmcache_inproc_config: LMCache's remote_url s3:// {S3_WARNING}"]
     # not in use: an inactive obj plugin, another remote, or the setting of another engine
     assert problems(kvprov_nixl_plugins={**obj, "obj": {"active": False}, "gds_mt": {"active": True}}) == []
-    assert problems(kvprov_engine="lmcache_inproc",
+    assert problems(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_tier="local_disk",
                     kvprov_lmcache_inproc_config={"remote_url": "fs://localhost:0/kv"}) == []
     assert problems(kvprov_engine="lmcache_inproc", kvprov_nixl_plugins=obj) == []
     assert problems(kvprov_engine="sglang_hicache", kvprov_lmcache_inproc_config=inproc_s3) == [
@@ -164,7 +166,8 @@ def test_s3_without_a_credentials_file_is_a_warning_for_the_engine_that_uses_it(
         "sglang_hicache: it has no effect here; remove it or set it on the groups of that engine"]
     creds = private_file(tmp_path, "s3", "AWS_ACCESS_KEY_ID=AKIA1\nAWS_SECRET_ACCESS_KEY=s3cret\n")
     assert problems(kvprov_nixl_plugins=obj, kvprov_engine_s3_credentials_file=creds) == []
-    assert problems(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_config=inproc_s3,
+    assert problems(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_tier="local_disk",
+                    kvprov_lmcache_inproc_config=inproc_s3,
                     kvprov_engine_s3_credentials_file=creds) == []
 
 
@@ -256,18 +259,21 @@ def test_lmcache_mp_listens_on_loopback_unless_told():
     assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_host="10.0.0.2") == [warning]
 
 
-def test_the_nixl_store_pool_holds_exactly_the_l2_size():
-    def pool(size: int, gb: float) -> list[str]:
+def test_the_nixl_store_pool_holds_the_l2_size():
+    def pool(size: int, gb: float, file_size: int = 8192000) -> list[str]:  # 2000 L1 pages of 4 KiB
         return problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_type="nixl_store",
-                        kvprov_lmcache_mp_nixl_pool_size=size, kvprov_lmcache_mp_nixl_file_size=1000000,
+                        kvprov_lmcache_mp_nixl_pool_size=size, kvprov_lmcache_mp_nixl_file_size=file_size,
                         kvprov_lmcache_mp_l2_size_gb=gb)
 
-    assert pool(1000, 1) == []  # 1000 x 1 MB is 1 GB exactly
-    assert pool(999, 1) == [
-        "error kvprov_lmcache_mp_nixl_pool_size: pool_size 999 x file_size 1000000 = 0.999 GB is less than "
+    assert pool(123, 1) == []  # 123 x 8.192 MB is 1.008 GB
+    assert pool(122, 1) == [
+        "error kvprov_lmcache_mp_nixl_pool_size: pool_size 122 x file_size 8192000 = 0.999 GB is less than "
         'kvprov_lmcache_mp_l2_size_gb 1: stores fail with "Insufficient NIXL storage capacity" once it is full; '
-        "set pool_size to at least 1000"]
-    assert "= 1.38 GB is less than kvprov_lmcache_mp_l2_size_gb 2: " in pool(1375, 2)[0]  # 1.375 rounds to even
+        "set pool_size to at least 123"]
+    # LMCache 0.5.6 refuses a file_size that is not a whole number of 4 KiB L1 pages
+    assert pool(1000, 1, 1000000) == [
+        "error kvprov_lmcache_mp_nixl_file_size: 1000000 is not a multiple of LMCache's 4096-byte L1 page: "
+        'nixl_store refuses it at start ("file_size (1000000) must be a multiple of page_size (4096)"); use 999424']
 
 
 def test_a_gpu_block_of_0_is_the_range_rules_to_report():

@@ -161,13 +161,13 @@ def test_type_error_for_a_missing_string():
 
 
 NIXL_STORE = dict(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_type="nixl_store",
-                  kvprov_lmcache_mp_nixl_file_size=1000000000)
+                  kvprov_lmcache_mp_nixl_file_size=1 << 30)
 
 
 def test_lmcache_nixl_pool_must_hold_the_l2_size(tmp_path):
     assert host_problems(tmp_path, **NIXL_STORE, kvprov_lmcache_mp_nixl_pool_size=2,
                          kvprov_lmcache_mp_l2_size_gb=2.5) == [
-        "kvprov_lmcache_mp_nixl_pool_size: pool_size 2 x file_size 1000000000 = 2 GB is less than "
+        "kvprov_lmcache_mp_nixl_pool_size: pool_size 2 x file_size 1073741824 = 2.15 GB is less than "
         'kvprov_lmcache_mp_l2_size_gb 2.5: stores fail with "Insufficient NIXL storage capacity" once it is full; '
         "set pool_size to at least 3"]
     assert host_problems(tmp_path, **NIXL_STORE, kvprov_lmcache_mp_nixl_pool_size=3,
