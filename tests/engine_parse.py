@@ -348,6 +348,8 @@ def _lmcache_server_argv(payload: dict) -> dict:
     for a in sm.l2_adapter_config.adapters:
         d = {k: v for k, v in vars(a).items() if isinstance(v, (str, int, float, bool, dict))}
         d["config_class"] = type(a).__name__
+        # the adapter's L2 eviction block as LMCache parsed it (None: LMCache never evicts from it)
+        d["eviction"] = vars(a.eviction_config) if getattr(a, "eviction_config", None) is not None else None
         adapters.append(d)
     return {
         "host": mp.host,

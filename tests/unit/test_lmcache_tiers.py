@@ -1,0 +1,378 @@
+"""LMCache tiers that persist (issue #23, item 2), and no pool file orphaned by a restart.
+
+LMCache 0.5.6's fs_native, fs and nixl_store_dynamic L2 adapters (MP mode) and its FS
+connector (in-process) find a key by its file, so what they stored survives a restart. The
+static pools (MP nixl_store, in-process nixl) keep their index in memory and create new pool
+files obj_<i>_<4 hex>.bin at every start without removing the old ones: the unit's
+ExecStartPre removes them first. Here: what `kvprov render` writes for each tier, the engine's
+own parser on it (tests/engine_parse.py in the engine venv), the rendered ExecStartPre run on a
+real directory, and a real LMCache MP server (CPU, nixl_store with NIXL POSIX) started three
+times with the unit's ExecStartPre before each start."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvprov.validate import parsers
+from tests.conftest import ROOT, kvprov
+from tests.unit.test_check_host_values import problems
+from tests.unit.test_engine_parsers import ENGINE_PY, SCRIPT
+
+UNITS = "etc/systemd/system"
+POOL_FILE = re.compile(r"obj_[0-9]+_[0-9a-f]+\.bin")
+# One host per tier, from the lab engine inventory (kvprov_lmcache_mp_l2_type removed: the default).
+HOSTS = {
+    "mp-fsn": {},
+    "mp-fs": {"kvprov_lmcache_mp_l2_type": "fs"},
+    "mp-nixl": {"kvprov_lmcache_mp_l2_type": "nixl_store", "kvprov_lmcache_mp_l1_size_gb": 0.25,
+                "kvprov_lmcache_mp_nixl_pool_size": 4, "kvprov_lmcache_mp_nixl_file_size": 1 << 20,
+                "kvprov_lmcache_mp_l2_size_gb": 0},
+    "mp-dyn": {"kvprov_lmcache_mp_l2_type": "nixl_store_dynamic", "kvprov_lmcache_mp_nixl_use_direct_io": True},
+    "in-fs": {"kvprov_engine": "lmcache_inproc"},
+    "in-fsd": {"kvprov_engine": "lmcache_inproc", "kvprov_lmcache_inproc_use_direct_io": True},
+    "in-disk": {"kvprov_engine": "lmcache_inproc", "kvprov_lmcache_inproc_tier": "local_disk"},
+    "in-nixl": {"kvprov_engine": "lmcache_inproc", "kvprov_lmcache_inproc_tier": "nixl",
+                "kvprov_lmcache_inproc_use_direct_io": True},
+}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> Path:
+    inv = yaml.safe_load((ROOT / "inventory/lab-engine.yml").read_text())
+    group = inv["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]
+    group["vars"].pop("kvprov_lmcache_mp_l2_type")
+    group["hosts"] = HOSTS
+    path = tmp_path_factory.mktemp("inv") / "tiers.yml"
+    path.write_text(yaml.safe_dump(inv))
+    out = tmp_path_factory.mktemp("render")
+    kvprov("render", str(path), "--out", str(out), check=True)
+    return out
+
+
+def argv_of(path: Path, key: str = "ExecStart") -> list[str]:
+    return parsers.exec_argv(parsers.unit_value(parsers.parse_unit(path.read_text()), "Service", key), from_show=False)
+
+
+def l2_adapter(rendered: Path, host: str) -> dict:
+    argv = argv_of(rendered / host / UNITS / "kvprov-lmcache-main.service")
+    return json.loads(argv[argv.index("--l2-adapter") + 1])
+
+
+def inproc_yaml(rendered: Path, host: str) -> dict:
+    return yaml.safe_load((rendered / host / "etc/kvprov/lmcache-main.yaml").read_text())
+
+
+# ---------------------------------------------------------------- what is rendered
+
+def test_the_default_mp_l2_is_fs_native_with_its_capacity_and_eviction_block(rendered):
+    l2 = l2_adapter(rendered, "mp-fsn")
+    storage_dir = l2.pop("base_path")
+    assert storage_dir.startswith("/srv/kvcache/")  # the instance's storage_dir attribute, as the engine role gives it
+    assert l2 == {"type": "fs_native", "use_odirect": False, "max_capacity_gb": 100.0,
+                  "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}}
+    assert l2_adapter(rendered, "mp-fs") == {"type": "fs", "base_path": l2_adapter(rendered, "mp-fs")["base_path"]}
+    assert l2_adapter(rendered, "mp-dyn") == {
+        "type": "nixl_store_dynamic", "backend": "POSIX",
+        "backend_params": {"use_direct_io": "true", "file_path": l2_adapter(rendered, "mp-dyn")["backend_params"]["file_path"]}}
+    # the static pool without l2_size_gb: nothing but the pool itself
+    assert l2_adapter(rendered, "mp-nixl")["pool_size"] == 4
+
+
+def test_the_default_inproc_tier_is_lmcaches_fs_connector_and_o_direct_can_be_set(rendered):
+    fs, fsd, nixl = (inproc_yaml(rendered, h) for h in ("in-fs", "in-fsd", "in-nixl"))
+    assert re.fullmatch(r"fs://localhost:0/srv/kvcache/\S+", fs["remote_url"]) and "extra_config" not in fs
+    assert "local_disk" not in fs and "nixl_buffer_device" not in fs
+    assert fsd["extra_config"] == {"fs_connector_use_odirect": True, "save_chunk_meta": False}
+    assert nixl["extra_config"]["use_direct_io"] is True
+    assert inproc_yaml(rendered, "in-disk")["local_disk"].startswith("file:///srv/kvcache/")
+
+
+def test_only_the_static_pools_get_the_pool_cleanup_before_start(rendered):
+    def pre(host: str, unit: str) -> str | None:
+        text = (rendered / host / UNITS / unit).read_text()
+        found = [line for line in text.splitlines() if line.startswith("ExecStartPre=")]
+        return found[0] if found else None
+
+    for host in ("mp-fsn", "mp-fs", "mp-dyn"):
+        assert pre(host, "kvprov-lmcache-main.service") is None, host
+    for host in ("in-fs", "in-fsd", "in-disk"):
+        assert pre(host, "kvprov-vllm-main.service") is None, host
+    mp = l2_adapter(rendered, "mp-nixl")["backend_params"]["file_path"]
+    inproc = inproc_yaml(rendered, "in-nixl")["extra_config"]["nixl_path"].rstrip("/")
+    for host, unit, directory in (("mp-nixl", "kvprov-lmcache-main.service", mp),
+                                  ("in-nixl", "kvprov-vllm-main.service", inproc)):
+        assert pre(host, unit) == (
+            f"ExecStartPre=/usr/bin/find -P {directory} -maxdepth 1 -user kvprov-engine -type f "
+            "-regextype posix-extended -regex .*/obj_[0-9]+_[0-9a-f]+[.]bin -delete"), host
+
+
+def test_kvprovs_evictor_goes_where_lmcache_does_not_bound_the_directory(rendered):
+    """fs_native's eviction counts only what one run stored (LMCache's usage starts at 0 at every
+    start): kvprov's evictor stays for it, for fs and nixl_store_dynamic, and for the in-process fs
+    and local_disk tiers; not for the static pools (fixed size, emptied before each start)."""
+    def evicts(host: str) -> bool:
+        return (rendered / host / UNITS / "kvprov-evict-main.timer").exists()
+
+    assert {h for h in HOSTS if evicts(h)} == {"mp-fsn", "mp-fs", "mp-dyn", "in-fs", "in-fsd", "in-disk"}
+
+
+# ---------------------------------------------------------------- LMCache's own parser
+
+def engine_python() -> str:
+    if not os.access(ENGINE_PY, os.X_OK):
+        pytest.skip(f"engine venv python {ENGINE_PY} missing (scripts/install-deps builds it)")
+    return ENGINE_PY
+
+
+def lmcache_parse(payloads: list[dict]) -> list[dict]:
+    r = subprocess.run([engine_python(), str(SCRIPT), "batch"], input=json.dumps(payloads), capture_output=True,
+                       text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"})
+    lines = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    assert len(lines) == len(payloads), r.stderr[-3000:]
+    return lines
+
+
+def test_lmcache_parses_every_rendered_tier_and_its_eviction_block(rendered):
+    mp = [h for h in HOSTS if h.startswith("mp-")]
+    inproc = [h for h in HOSTS if h.startswith("in-")]
+    payloads = [{"kind": "lmcache_server_argv",
+                 "argv": (a := argv_of(rendered / h / UNITS / "kvprov-lmcache-main.service"))[a.index("-m") + 2:]}
+                for h in mp]
+    payloads += [{"kind": "lmcache_yaml", "text": (rendered / h / "etc/kvprov/lmcache-main.yaml").read_text()}
+                 for h in inproc]
+    verdicts = dict(zip(mp + inproc, lmcache_parse(payloads)))
+    assert {h: v["error"] for h, v in verdicts.items() if not v["ok"]} == {}
+    adapters = {h: verdicts[h]["parsed"]["l2_adapters"] for h in mp}
+    assert {h: [a["config_class"] for a in v] for h, v in adapters.items()} == {
+        "mp-fsn": ["FSNativeL2AdapterConfig"], "mp-fs": ["FSL2AdapterConfig"],
+        "mp-nixl": ["NixlStoreL2AdapterConfig"], "mp-dyn": ["DynamicNixlStoreL2AdapterConfig"]}
+    [fsn] = adapters["mp-fsn"]
+    assert fsn["max_capacity_gb"] == 100.0
+    assert {k: fsn["eviction"][k] for k in ("eviction_policy", "trigger_watermark", "eviction_ratio")} == {
+        "eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}
+    assert verdicts["in-fsd"]["parsed"]["extra_config"]["fs_connector_use_odirect"] is True
+
+
+def test_without_the_eviction_block_lmcache_parses_no_l2_eviction(rendered):
+    """The mutation: the same fs_native adapter without its eviction block, through LMCache's parser:
+    accepted, with no eviction config (LMCache then creates no L2EvictionController for it)."""
+    argv = argv_of(rendered / "mp-fsn" / UNITS / "kvprov-lmcache-main.service")
+    argv = argv[argv.index("-m") + 2:]
+    i = argv.index("--l2-adapter") + 1
+    l2 = json.loads(argv[i])
+    del l2["eviction"]
+    argv[i] = json.dumps(l2)
+    [v] = lmcache_parse([{"kind": "lmcache_server_argv", "argv": argv}])
+    assert v["ok"] and v["parsed"]["l2_adapters"][0]["eviction"] is None
+
+
+# ---------------------------------------------------------------- the pool cleanup on real files
+
+def cleanup_argv(rendered: Path, host: str, unit: str, directory: Path) -> list[str]:
+    """The unit's ExecStartPre, with the two host values a test cannot have (the directory on the KV
+    mount and the engine user) replaced by a temporary directory and the user running the test."""
+    argv = argv_of(rendered / host / UNITS / unit, "ExecStartPre")
+    assert argv[:2] == ["/usr/bin/find", "-P"] and argv[argv.index("-user") + 1] == "kvprov-engine"
+    argv[2] = str(directory)
+    argv[argv.index("-user") + 1] = getpass.getuser()
+    return argv
+
+
+def plant(directory: Path, n: int) -> set[str]:
+    """What one start of the pool does: n new files obj_<i>_<4 hex>.bin (LMCache's names)."""
+    names = set()
+    for i in range(n):
+        name = f"obj_{i}_{secrets.token_hex(2)}.bin"
+        (directory / name).write_bytes(b"\0" * 16)
+        names.add(name)
+    return names
+
+
+def pool_files(directory: Path) -> set[str]:
+    return {p.name for p in directory.iterdir() if POOL_FILE.fullmatch(p.name) and p.is_file() and not p.is_symlink()}
+
+
+def others(directory: Path, outside: Path) -> dict[str, str]:
+    """Everything that must survive, as {path: what it is}."""
+    out = {}
+    for root in (directory, outside):
+        for p in sorted(root.rglob("*")):
+            if POOL_FILE.fullmatch(p.name) and p.parent == directory and p.is_file() and not p.is_symlink() \
+                    and p.stat().st_uid == os.getuid():
+                continue  # the pool's own
+            out[str(p)] = "link -> " + os.readlink(p) if p.is_symlink() else ("dir" if p.is_dir() else p.read_text())
+    return out
+
+
+@pytest.mark.parametrize("host,unit", [("mp-nixl", "kvprov-lmcache-main.service"),
+                                       ("in-nixl", "kvprov-vllm-main.service")])
+def test_the_cleanup_removes_only_the_instances_pool_files_over_three_starts(rendered, tmp_path, host, unit):
+    kv, outside = tmp_path / "kv", tmp_path / "outside"
+    kv.mkdir()
+    outside.mkdir()
+    (outside / "obj_0_abcd.bin").write_text("someone else's")
+    (kv / "obj_1_abcd.bin.tmp").write_text("not a pool name")
+    (kv / "obj_x_abcd.bin").write_text("not a pool name")
+    (kv / "obj_2_ABCD.bin").write_text("not LMCache's (upper-case hex)")
+    (kv / "prefix_obj_3_abcd.bin").write_text("not a pool name")
+    (kv / "sub").mkdir()
+    (kv / "sub/obj_4_abcd.bin").write_text("one level down")
+    (kv / "obj_5_beef.bin").symlink_to(outside / "obj_0_abcd.bin")   # a link named like a pool file
+    (kv / "obj_6_dir").symlink_to(outside)                            # a link to a directory
+    (kv / "obj_7_abcd.bin").mkdir()                                   # a directory named like one
+    if os.getuid() == 0:
+        (kv / "obj_8_abcd.bin").write_text("another user's")
+        os.chown(kv / "obj_8_abcd.bin", 65534, 65534)
+    keep = others(kv, outside)
+    argv = cleanup_argv(rendered, host, unit, kv)
+
+    for start in range(3):
+        earlier = plant(kv, 4)
+        assert pool_files(kv) >= earlier
+        subprocess.run(argv, check=True, timeout=30)  # ExecStartPre, then the engine starts
+        assert pool_files(kv) - ({"obj_8_abcd.bin"} if os.getuid() == 0 else set()) == set(), start
+        assert others(kv, outside) == keep, start
+
+
+def test_without_the_cleanup_each_start_orphans_the_whole_pool(tmp_path):
+    """What the cleanup is for (and that the count above can fail): three starts, no ExecStartPre."""
+    for _ in range(3):
+        plant(tmp_path, 4)
+    assert len(pool_files(tmp_path)) == 12
+
+
+# ---------------------------------------------------------------- a real LMCache MP server, three restarts
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(argv: list[str], log: Path) -> subprocess.Popen:
+    env = {"PATH": "/usr/bin:/bin", "DO_NOT_TRACK": "1", "LMCACHE_TRACK_USAGE": "false", "PYTHONHASHSEED": "0",
+           "HOME": str(log.parent)}
+    return subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def wait_running(proc: subprocess.Popen, log: Path, kv: Path, pool: int, timeout: float = 180) -> set[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"the LMCache server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        if "cache server is running" in log.read_text() and len(pool_files(kv)) >= pool:
+            return pool_files(kv)
+        time.sleep(0.5)
+    pytest.fail(f"the LMCache server did not start in {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def test_three_restarts_of_a_real_lmcache_server_orphan_no_pool_file(rendered, tmp_path):
+    python = engine_python()
+    if subprocess.run([python, "-c", "import nixl"], capture_output=True, timeout=120).returncode:
+        pytest.skip(f"no nixl in the engine venv ({python}): LMCache registers nixl_store only with it")
+    kv, outside = tmp_path / "kv", tmp_path / "outside"
+    kv.mkdir()
+    outside.mkdir()
+    (outside / "target").write_text("outside")
+    (kv / "obj_9_beef.bin").symlink_to(outside / "target")
+    (kv / "notes.txt").write_text("not the pool's")
+    keep = others(kv, outside)
+
+    unit = rendered / "mp-nixl" / UNITS / "kvprov-lmcache-main.service"
+    argv = argv_of(unit)
+    argv = [python] + argv[1:]
+    i = argv.index("--l2-adapter") + 1
+    l2 = json.loads(argv[i])
+    l2["backend_params"]["file_path"] = str(kv)
+    argv[i] = json.dumps(l2)
+    for flag in ("--port", "--prometheus-port"):
+        argv[argv.index(flag) + 1] = str(free_port())
+    pool = l2["pool_size"]
+    cleanup = cleanup_argv(rendered, "mp-nixl", "kvprov-lmcache-main.service", kv)
+
+    seen = []
+    for start in range(3):
+        subprocess.run(cleanup, check=True, timeout=30)          # ExecStartPre
+        proc = start_server(argv, tmp_path / f"server-{start}.log")
+        try:
+            files = wait_running(proc, tmp_path / f"server-{start}.log", kv, pool)
+        finally:
+            stop_server(proc)
+        assert len(files) == pool, (start, sorted(files))  # this start's pool and nothing of the earlier ones
+        assert not any(files & s for s in seen), start         # new names at every start: they are LMCache's
+        seen.append(files)
+        assert others(kv, outside) == keep, start
+    assert pool_files(kv) == seen[-1]  # after three restarts: one pool, the last run's
+
+    # the same start without the ExecStartPre: the last run's pool stays beside the new one
+    proc = start_server(argv, tmp_path / "server-no-cleanup.log")
+    try:
+        files = wait_running(proc, tmp_path / "server-no-cleanup.log", kv, 2 * pool)
+    finally:
+        stop_server(proc)
+    assert len(files) == 2 * pool and seen[-1] < files
+
+
+# ---------------------------------------------------------------- kvprov check
+
+def test_check_warns_when_fs_native_is_left_unbounded():
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_size_gb=0) == [
+        "warning kvprov_lmcache_mp_l2_size_gb: 0 leaves fs_native without max_capacity_gb and its eviction block: "
+        "LMCache never evicts from L2 and only kvprov's evictor (kvprov_engine_evict) bounds the directory; set "
+        "the L2 capacity in GB"]
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_size_gb=50) == []
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_type="fs", kvprov_lmcache_mp_l2_size_gb=0) == []
+
+
+def test_check_refuses_an_l1_that_nixl_cannot_register_page_by_page():
+    """LMCache 0.5.6 registers the L1 with NIXL in 4 KiB pages: 0.1 GiB (107374182 bytes) ends in a
+    partial page and the server dies at start with NIXL_ERR_NOT_FOUND (seen on this machine)."""
+    for l2 in ("nixl_store", "nixl_store_dynamic"):
+        found = problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_type=l2, kvprov_lmcache_mp_l1_size_gb=0.1,
+                         kvprov_lmcache_mp_l2_size_gb=0)
+        assert found == [
+            "error kvprov_lmcache_mp_l1_size_gb: 0.1 GiB is 107374182 bytes, not a multiple of LMCache's 4096-byte "
+            f"L1 page: {l2} registers the L1 with NIXL page by page and the server fails at start "
+            "(NIXL_ERR_NOT_FOUND in prepXferDlist); use e.g. 0.25"], l2
+        assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_type=l2, kvprov_lmcache_mp_l1_size_gb=0.25,
+                        kvprov_lmcache_mp_l2_size_gb=0) == []
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l1_size_gb=0.1) == []  # fs_native: no NIXL
+
+
+def test_check_refuses_an_eviction_fraction_outside_0_1():
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_eviction_watermark=1.5) == [
+        "error kvprov_lmcache_mp_l2_eviction_watermark: must be in (0, 1], got 1.5"]
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_eviction_ratio=0) == [
+        "error kvprov_lmcache_mp_l2_eviction_ratio: must be in (0, 1], got 0"]
+
+
+def test_check_refuses_a_remote_url_beside_the_fs_tier_that_writes_it():
+    url = {"remote_url": "fs://localhost:0/elsewhere"}
+    assert problems(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_config=url) == [
+        "error kvprov_lmcache_inproc_config: remote_url kvprov writes it for the fs tier (kvprov_lmcache_inproc_tier: "
+        "fs): remove it here or choose another tier"]
+    assert problems(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_tier="local_disk",
+                    kvprov_lmcache_inproc_config=url) == []
+
