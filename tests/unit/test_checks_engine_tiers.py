@@ -63,8 +63,11 @@ def test_lmcache_inproc_tier_directory_in_any_of_its_keys(tmp_path):
         PASS, f"{KV} (gds_path in /etc/kvprov/lmcache-main.yaml)")
     assert inproc_env(tmp_path / "b", f"local_disk: ''\ngds_path: {KV}\n")[:2] == (
         PASS, f"{KV} (gds_path in /etc/kvprov/lmcache-main.yaml)")
+    assert inproc_env(tmp_path / "d", f"remote_url: fs://localhost:0{KV}\n")[:2] == (  # the fs tier
+        PASS, f"{KV} (remote_url in /etc/kvprov/lmcache-main.yaml)")
     assert inproc_env(tmp_path / "c", "chunk_size: 256\nlocal_disk: ''\n")[:2] == (
-        FAIL, "no storage directory is set (/etc/kvprov/lmcache-main.yaml has no local_disk, nixl_path or gds_path): "
+        FAIL, "no storage directory is set (/etc/kvprov/lmcache-main.yaml has no local_disk, nixl_path, gds_path or "
+              "fs:// remote_url): "
               "LMCache keeps KV in host memory only")
 
 

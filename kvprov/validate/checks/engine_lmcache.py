@@ -4,6 +4,8 @@ in-process (the LMCache YAML named by LMCACHE_CONFIG_FILE holds the tier's direc
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from kvprov.validate import bundle as bf
 from kvprov.validate.bundle import FileProblem, Instance
 from kvprov.validate.checks.engine import (ENGINES, EngineRules, connector_problems, flag, json_flag, live_argv,
@@ -29,7 +31,7 @@ def mp_storage_setting(c: Context, inst: Instance) -> tuple[str | None, str]:
     if l2 is None:
         return None, f"{why}, {inst.server_unit} ({where})"
     params = l2.get("backend_params") if isinstance(l2.get("backend_params"), dict) else {}
-    path = l2.get("base_path") if l2.get("type") == "fs" else params.get("file_path")
+    path = l2.get("base_path") if l2.get("type") in ("fs", "fs_native") else params.get("file_path")
     return (path if isinstance(path, str) else None), f"--l2-adapter {show(l2.get('type'))}, {where}"
 
 
@@ -82,11 +84,13 @@ def inproc_storage_setting(c: Context, inst: Instance) -> tuple[str | None, str]
         raise FileProblem(bf.live_file(path), f"not YAML: {e}", c.deploy("engine")) from None
     config = config if isinstance(config, dict) else {}
     extra = config.get("extra_config") if isinstance(config.get("extra_config"), dict) else {}
+    remote = config.get("remote_url")
+    fs = urlsplit(remote).path if isinstance(remote, str) and remote.startswith("fs://") else None  # the fs tier
     for key, value in (("local_disk", config.get("local_disk")), ("extra_config.nixl_path", extra.get("nixl_path")),
-                       ("gds_path", config.get("gds_path"))):
+                       ("gds_path", config.get("gds_path")), ("remote_url", fs)):
         if isinstance(value, str) and value:
             return value.removeprefix("file://"), f"{key} in {path}"
-    return None, f"{path} has no local_disk, nixl_path or gds_path"
+    return None, f"{path} has no local_disk, nixl_path, gds_path or fs:// remote_url"
 
 
 def inproc_config_problems(c: Context, inst: Instance) -> list[str]:
