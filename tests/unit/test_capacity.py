@@ -166,8 +166,8 @@ def test_each_instance_gets_its_own_evictor_with_its_marks(rendered):
     assert (host / "usr/local/sbin/kvprov-evict").read_bytes() == (ROOT / "roles/engine/files/kvprov-evict.py").read_bytes()
     for name in ("main", "b"):
         unit = (host / UNITS / f"kvprov-evict-{name}.service").read_text()
-        assert (f"ExecStart=/usr/local/sbin/kvprov-evict --high-percent 90 --low-percent 80 --max-bytes {GIB} "
-                f"/srv/kvcache/kvlab-c1/{name}\n") in unit
+        assert (f"ExecStart=/usr/local/sbin/kvprov-evict --high-percent 85 --low-percent 70 --max-bytes {GIB} "
+                f"--keep-minutes 60 /srv/kvcache/kvlab-c1/{name}\n") in unit
         assert "User=kvprov-engine\n" in unit and f"ReadWritePaths=/srv/kvcache/kvlab-c1/{name}\n" in unit
         timer = (host / UNITS / f"kvprov-evict-{name}.timer").read_text()
         assert f"Unit=kvprov-evict-{name}.service\n" in timer and "OnUnitInactiveSec=60s\n" in timer
