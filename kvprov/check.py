@@ -1178,8 +1178,10 @@ def _evict_marks(h: HostView) -> list[Problem]:
 VALUE_RULES.update({
     "kvprov_engine_evict_high_percent": int_range(1, 100, note=" (percent of the volume, and of the limit)"),
     "kvprov_engine_evict_low_percent": int_range(0, 99, note=" (percent, below the high mark)"),
-    "kvprov_engine_evict_max_bytes": int_range(0, note=" (bytes per instance directory; 0: the volume's marks only)"),
+    "kvprov_engine_evict_max_bytes": int_range(0, note=" (bytes per storage directory; 0: the volume's marks only)"),
     "kvprov_engine_evict_interval_s": int_range(10, 86400, note=" (seconds between runs)"),
+    "kvprov_engine_evict_keep_minutes": int_range(0, 43200, note=" (minutes a file used that recently is never "
+                                                              "removed; 0: no guard; at most 30 days)"),
 })
 
 
