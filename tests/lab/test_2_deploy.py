@@ -92,7 +92,10 @@ def test_kv_mount_is_rdma_with_a_pnfs_layout_after_a_nixl_write(deployed):
 
 def test_nixl_config_unit_and_storage_dir_are_in_place(deployed):
     toml = tomllib.loads(sh(GPU1, "cat /etc/kvprov/nixl_backend_config.toml"))
-    assert toml == {"plugin": {"posix": {"active": True, "use_aio": False}}}
+    # SGLang's NIXL L3 cleaner set explicitly: no kvprov evictor for sglang_hicache (evict auto), so
+    # SGLang's own cleaner is on, at kvprov's marks (docs/capacity.md)
+    assert toml == {"l3_cleaner_enabled": True, "l3_cleaner_high_watermark": 85, "l3_cleaner_low_watermark": 70,
+                    "plugin": {"posix": {"active": True, "use_aio": False}}}
     unit = "/etc/systemd/system/kvprov-sglang-main.service"
     # config only (kvprov_engine_install: false): no engine venv, so verify's one complaint owed is
     # the unit's missing python (exit 1); any other line fails

@@ -4,7 +4,7 @@ vllm_offload (its fs tier never deletes a file) config-and-units-only on the sec
 (free after test_2 and test_5), with a 4 MiB limit per instance: the instance directory is
 filled past the mark as the engine user, with files of known ages, a link to a directory
 outside and a link to a file outside, all older than anything inside; the evictor's service,
-started once by hand, must bring the directory under the low mark (80% of the limit) by
+started once by hand, must bring the directory under the low mark (70% of the limit) by
 removing the oldest files first, follow neither link, and say in the journal what it removed.
 """
 
@@ -23,7 +23,7 @@ HOST, ADDR = "kvlab-c2", ("10.98.2.2", 22)
 INST_DIR = f"/srv/kvcache/{HOST}/main"
 OUTSIDE = f"/srv/kvcache/{HOST}-outside"  # the engine user's files, beside the instance's directory
 LIMIT = 4 << 20
-FILES, SIZE = 40, 256 << 10  # 10 MiB: past 90% of the limit
+FILES, SIZE = 40, 256 << 10  # 10 MiB: past 85% of the limit
 EVICT = "kvprov-evict-main.service"
 
 # Run on the container as the engine user: FILES files of SIZE bytes, file i last used (atime
@@ -46,7 +46,7 @@ import json, os, stat
 out = []
 for e in os.scandir({INST_DIR!r}):
     st = e.stat(follow_symlinks=False)
-    if stat.S_ISREG(st.st_mode):
+    if stat.S_ISREG(st.st_mode) and e.name != ".kvprov-evict.lock":  # the evictor's lease file stays
         out.append([e.name, st.st_blocks * 512])
 print(json.dumps(sorted(out)))
 """
@@ -80,16 +80,16 @@ def test_the_evictor_keeps_the_directory_under_its_mark_oldest_first_and_follows
        f"&& touch -d @1600000000 {OUTSIDE}/victim")
     as_engine(FILL)
     before = json.loads(as_engine(LIST))
-    assert len(before) == FILES and sum(b for _, b in before) > LIMIT * 90 // 100
+    assert len(before) == FILES and sum(b for _, b in before) > LIMIT * 85 // 100
 
     since = sh("date +%s").strip()
     sh(f"systemctl start {EVICT}", timeout=120)  # a oneshot: returns when the run is over
 
     left = json.loads(as_engine(LIST))
-    assert sum(b for _, b in left) <= LIMIT * 80 // 100, left
+    assert sum(b for _, b in left) <= LIMIT * 70 // 100, left
     names = [n for n, _ in left]
     assert names == [f"page-{i:03d}" for i in range(FILES - len(names), FILES)], names  # the newest stayed
     sh(f"test -f {OUTSIDE}/victim && test -L {INST_DIR}/zz-dir-link && test -L {INST_DIR}/zz-file-link")
     journal = sh(f"journalctl -u {EVICT} --since @{since} --no-pager -o cat")
-    assert f"removed {FILES - len(names)} files" in journal and ">= 90% of 4.0 MiB" in journal, journal
+    assert f"removed {FILES - len(names)} files" in journal and ">= 85% of 4.0 MiB" in journal, journal
     assert sh(f"systemctl show -p Result --value {EVICT}").strip() == "success"
