@@ -81,8 +81,10 @@ def test_the_default_mp_l2_is_fs_native_with_its_capacity_and_eviction_block(ren
     storage_dir = l2.pop("base_path")
     assert storage_dir.startswith("/srv/kvcache/")  # the instance's storage_dir attribute, as the engine role gives it
     assert l2 == {"type": "fs_native", "use_odirect": False, "max_capacity_gb": 100.0,
-                  "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}}
-    assert l2_adapter(rendered, "mp-fs") == {"type": "fs", "base_path": l2_adapter(rendered, "mp-fs")["base_path"]}
+                  "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2},
+                  "relative_tmp_dir": ".tmp-mp-fsn-main"}
+    fs = l2_adapter(rendered, "mp-fs")
+    assert fs == {"type": "fs", "base_path": fs["base_path"], "relative_tmp_dir": ".tmp-mp-fs-main"}
     assert l2_adapter(rendered, "mp-dyn") == {
         "type": "nixl_store_dynamic", "backend": "POSIX",
         "backend_params": {"use_direct_io": "true", "file_path": l2_adapter(rendered, "mp-dyn")["backend_params"]["file_path"]}}
@@ -92,9 +94,12 @@ def test_the_default_mp_l2_is_fs_native_with_its_capacity_and_eviction_block(ren
 
 def test_the_default_inproc_tier_is_lmcaches_fs_connector_and_o_direct_can_be_set(rendered):
     fs, fsd, nixl = (inproc_yaml(rendered, h) for h in ("in-fs", "in-fsd", "in-nixl"))
-    assert re.fullmatch(r"fs://localhost:0/srv/kvcache/\S+", fs["remote_url"]) and "extra_config" not in fs
+    assert re.fullmatch(r"fs://localhost:0/srv/kvcache/\S+", fs["remote_url"])
     assert "local_disk" not in fs and "nixl_buffer_device" not in fs
-    assert fsd["extra_config"] == {"fs_connector_use_odirect": True, "save_chunk_meta": False}
+    # temporary files in a directory of the instance's own (the default .tmp name is the same on every host)
+    assert fs["extra_config"] == {"fs_connector_relative_tmp_dir": ".tmp-in-fs-main"}
+    assert fsd["extra_config"] == {"fs_connector_relative_tmp_dir": ".tmp-in-fsd-main",
+                                   "fs_connector_use_odirect": True, "save_chunk_meta": False}
     assert nixl["extra_config"]["use_direct_io"] is True
     assert inproc_yaml(rendered, "in-disk")["local_disk"].startswith("file:///srv/kvcache/")
 
@@ -333,6 +338,31 @@ def test_three_restarts_of_a_real_lmcache_server_orphan_no_pool_file(rendered, t
     finally:
         stop_server(proc)
     assert len(files) == 2 * pool and seen[-1] < files
+
+
+def test_a_real_fs_native_server_takes_the_rendered_adapter_and_its_own_tmp_dir(rendered, tmp_path):
+    """The rendered fs_native adapter on a real LMCache MP server (CPU): it starts, with its L2
+    eviction controller, and makes the instance's temporary directory inside the storage directory."""
+    python = engine_python()
+    kv = tmp_path / "kv"
+    kv.mkdir()
+    argv = [python] + argv_of(rendered / "mp-fsn" / UNITS / "kvprov-lmcache-main.service")[1:]
+    i = argv.index("--l2-adapter") + 1
+    l2 = json.loads(argv[i])
+    l2["base_path"] = str(kv)
+    argv[i] = json.dumps(l2)
+    argv[argv.index("--l1-size-gb") + 1] = "0.25"
+    for flag in ("--port", "--prometheus-port"):
+        argv[argv.index(flag) + 1] = str(free_port())
+    log = tmp_path / "server.log"
+    proc = start_server(argv, log)
+    try:
+        wait_running(proc, log, kv, 0)
+    finally:
+        stop_server(proc)
+    text = log.read_text()
+    assert "Created FS native L2 adapter" in text and "Starting L2EvictionController" in text, text[-3000:]
+    assert [p.name for p in kv.iterdir()] == [".tmp-mp-fsn-main"] and (kv / ".tmp-mp-fsn-main").is_dir()
 
 
 # ---------------------------------------------------------------- kvprov check
