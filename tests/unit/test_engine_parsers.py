@@ -268,6 +268,13 @@ CASES = [
          error="prefetch_threshold must be int, got str"),
     Case("sgl-l3-cleaner-not-bool", _sgl('l3_cleaner_enabled = "false"\n' + TOML_GOOD), False,
          error="l3_cleaner_enabled must be a boolean"),
+    # SGLang's L3 cleaner as kvprov writes it (docs/capacity.md): on at kvprov's marks, or off.
+    Case("sgl-l3-cleaner-kvprov-marks", _sgl("l3_cleaner_enabled = true\nl3_cleaner_high_watermark = 85\n"
+                                             "l3_cleaner_low_watermark = 70\n" + TOML_GOOD), True,
+         parsed={"nixl_l3_cleaner": {"enabled": True, "high_watermark": 85.0, "low_watermark": 70.0},
+                 "nixl_initparams": {"thread_count": "32", "active": "True"}}),
+    Case("sgl-l3-cleaner-off", _sgl("l3_cleaner_enabled = false\n" + TOML_GOOD), True,
+         parsed={"nixl_l3_cleaner": {"enabled": False, "high_watermark": 80.0, "low_watermark": 70.0}}),
     Case("sgl-storage-dir-duplicate", _sgl(env={"SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR": "/a,/a/"}),
          False, error="contains duplicate path"),
     Case("sgl-quoted-true-active", _sgl('[plugin.posix]\nactive = "true"\n'), True,
