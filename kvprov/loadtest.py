@@ -564,9 +564,12 @@ CACHE_COUNTERS = (
     ("sglang:prompt_tokens", None, "query", "sglang"),
     ("sglang:cached_tokens", "cache_source", "hit", "sglang_{}"),
 )
-# more counters worth keeping in the raw deltas (not hits themselves)
+# more counters worth keeping in the raw deltas (not hits themselves). SGLang's storage-tier
+# counters (0.5.23, with --enable-metrics) have one series per TP rank, summed here: tokens the
+# L3 lookups found, read into host memory, written to L3, and found but not used (by reason).
 EXTRA_COUNTERS = ("vllm:prompt_tokens_cached", "lmcache_mp_l2_store_completed_objects_chunks",
-                  "lmcache_mp_l2_load_completed_requests")
+                  "lmcache_mp_l2_load_completed_requests", "sglang:storage_prefetch_hit_tokens",
+                  "sglang:prefetched_tokens", "sglang:backuped_tokens", "sglang:storage_prefetch_unfulfilled_tokens")
 
 
 def cache_counters(text: str) -> dict[str, float]:

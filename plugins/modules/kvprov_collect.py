@@ -261,7 +261,10 @@ def venv_versions(venv: str) -> dict:
 # The cache counters validate and loadtest read: vLLM's prefix and external (connector)
 # caches, LMCache MP's L1/L2 lookups and stores.
 METRIC_PREFIXES = ("vllm:prefix_cache_", "vllm:external_prefix_cache_", "vllm:prompt_tokens_cached",
-                   "vllm:cache_config_info", "lmcache_mp_")
+                   "vllm:cache_config_info", "lmcache_mp_",
+                   # SGLang (--enable-metrics): tokens per tier served, and the storage (L3) tier's own
+                   "sglang:prompt_tokens_total", "sglang:cached_tokens_total", "sglang:prefetched_tokens_total",
+                   "sglang:backuped_tokens_total", "sglang:storage_prefetch_")
 
 
 def http_get(url: str, timeout: float = 5) -> tuple:
@@ -569,7 +572,7 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
         health = {}
         for inst in engine["instances"]:
             health[inst["name"]], metrics = probe_service(inst["unit"], engine["connect_host"], inst["port"], "/health")
-            if metrics is not None and engine["name"] != "sglang_hicache":
+            if metrics is not None:
                 out[f"metrics/{inst['name']}.txt"] = metrics
             for unit in inst["units"]:
                 if unit != inst["unit"]:  # lmcache_mp's server: its Prometheus port is all it serves over HTTP

@@ -98,10 +98,10 @@ def test_nixl_config_unit_and_storage_dir_are_in_place(deployed):
                     "plugin": {"posix": {"active": True, "use_aio": False}}}
     unit = "/etc/systemd/system/kvprov-sglang-main.service"
     # config only (kvprov_engine_install: false): no engine venv, so verify's one complaint owed is
-    # the unit's missing python (exit 1); any other line fails
+    # the unit's missing entry point, the venv's `sglang` (exit 1); any other line fails
     assert sh(GPU1, "test -e /opt/kvprov/sglang || echo no-venv").split() == ["no-venv"]
     r = ssh(*GPU1, f"systemd-analyze verify {unit} /etc/systemd/system/mnt-kvcache.mount", timeout=120)
-    assert systemd_verify.complaints(r.stdout + r.stderr, ["/opt/kvprov/sglang/bin/python3"]) == [], r.stderr
+    assert systemd_verify.complaints(r.stdout + r.stderr, ["/opt/kvprov/sglang/bin/sglang"]) == [], r.stderr
     text = sh(GPU1, f"cat {unit}")
     assert "Environment=SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=/mnt/kvcache/kvlab-gpu1/main" in text
     assert "--hicache-storage-backend-extra-config @/etc/kvprov/nixl_backend_config.toml" in text

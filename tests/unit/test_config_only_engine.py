@@ -79,10 +79,11 @@ def test_a_bad_setting_beside_the_missing_binary_is_a_complaint(tmp_path):
 @NEEDS_VERIFY
 def test_the_config_only_lab_host_owes_only_its_engine_python(tmp_path):
     """kvlab-gpu1 (kvprov_engine_install: false, so no venv after a deploy): its rendered SGLang
-    unit verifies but for the venv's python; a lab test checks the same on the deployed host."""
+    unit verifies but for the venv's entry point (`sglang serve`, SGLang's console script); a lab
+    test checks the same on the deployed host."""
     kvprov("render", str(ROOT / "inventory/lab.yml"), "--out", str(tmp_path), "--host", "kvlab-gpu1", check=True)
     units = tmp_path / "kvlab-gpu1/etc/systemd/system"
     r = verify(units, "kvprov-sglang-main.service")
-    assert systemd_verify.complaints(r.stdout + r.stderr, ["/opt/kvprov/sglang/bin/python3"]) == [], r.stderr
+    assert systemd_verify.complaints(r.stdout + r.stderr, ["/opt/kvprov/sglang/bin/sglang"]) == [], r.stderr
     assert systemd_verify.complaints(r.stdout + r.stderr) == [
-        "kvprov-sglang-main.service: Command /opt/kvprov/sglang/bin/python3 is not executable: No such file or directory"]
+        "kvprov-sglang-main.service: Command /opt/kvprov/sglang/bin/sglang is not executable: No such file or directory"]

@@ -3,7 +3,7 @@ mutated config is rejected by both the engine and `kvprov check` (tests/engine_p
 the engines' parsers inside their venvs; see tests/unit/test_engine_parsers.py).
 
 The configs come from a real `kvprov render` of inventory/example.yml (a group per engine)
-and inventory/lab-engine.yml (the CPU engine of the lab): SGLang's launch_server argv and
+and inventory/lab-engine.yml (the CPU engine of the lab): SGLang's `sglang serve` argv and
 NIXL TOML, vLLM's argv with each connector's --kv-transfer-config, the LMCache MP server's
 argv, LMCache's in-process YAML. GPU engines cannot run here: this is how they are checked."""
 
@@ -17,11 +17,14 @@ import pytest
 
 from kvprov import check, inventory
 from kvprov.validate import parsers
+from kvprov.validate.checks.engine import server_command
 from tests.conftest import ROOT, kvprov
 from tests.unit.test_engine_parsers import ENGINE_PY, SCRIPT, _sglang_python
 
-MODULES = {"sglang.launch_server": "sglang_argv", "vllm.entrypoints.openai.api_server": "vllm_argv",
-           "lmcache.v1.multiprocess.server": "lmcache_server_argv"}
+# validate's own reading of an engine command line (kvprov/validate/checks/engine.py
+# server_command): `sglang serve` hands prepare_server_args the arguments without its
+# --model-type selector, `vllm serve MODEL` sets --model from MODEL, as those commands do.
+KINDS = {"sglang": "sglang_argv", "vllm": "vllm_argv", "lmcache": "lmcache_server_argv"}
 
 
 def _argv(unit: Path) -> list[str]:
@@ -33,10 +36,10 @@ def payloads(root: Path) -> dict[str, dict]:
     """{host/file: payload} for every engine config under a render directory."""
     out = {}
     for unit in sorted(root.glob("*/etc/systemd/system/kvprov-*.service")):
-        argv = _argv(unit)
-        if "-m" not in argv or argv[argv.index("-m") + 1] not in MODULES:
+        server, args = server_command(_argv(unit))
+        if server is None:
             continue
-        kind, args = MODULES[argv[argv.index("-m") + 1]], argv[argv.index("-m") + 2:]
+        kind = KINDS[server]
         host = unit.parts[len(root.parts)]
         payload = {"kind": kind, "argv": args}
         if kind == "sglang_argv":

@@ -18,8 +18,8 @@ from tests.conftest import ROOT, kvprov
 
 MAX_EXPOSURE = 3.5
 NOT_INSTALLED_HERE = [
-    *(yaml.safe_load((ROOT / f"roles/{role}/defaults/main.yml").read_text())[f"kvprov_{var}_venv"] + "/bin/python3"
-      for role, var in (("sglang_hicache", "sglang"), ("vllm", "vllm"))),
+    *(yaml.safe_load((ROOT / f"roles/{role}/defaults/main.yml").read_text())[f"kvprov_{var}_venv"] + f"/bin/{exe}"
+      for role, var in (("sglang_hicache", "sglang"), ("vllm", "vllm")) for exe in ("python3", var)),
     yaml.safe_load((ROOT / "roles/engine/vars/main.yml").read_text())["_kvprov_engine_evict_script"]]
 
 

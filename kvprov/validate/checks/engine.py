@@ -80,6 +80,47 @@ def live_argv(c: Context, unit: str) -> tuple[list[str], str]:
     return c.memo(f"argv:{unit}", read)
 
 
+# The engines' servers as a command line starts them: (module run with `python -m`) and
+# (console script, subcommand) -> which server. A console script's running process reads
+# `<venv>/bin/python3 <venv>/bin/vllm serve ...` in /proc/<pid>/cmdline, its unit `<venv>/bin/vllm serve ...`.
+SERVER_MODULES = {"vllm.entrypoints.openai.api_server": "vllm", "sglang.launch_server": "sglang",
+                  "lmcache.v1.multiprocess.server": "lmcache"}
+SERVER_SCRIPTS = {("vllm", "serve"): "vllm", ("sglang", "serve"): "sglang", ("lmcache", "server"): "lmcache"}
+
+
+def server_command(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(the engine server an argv starts: vllm, sglang, lmcache, or None; the server's own
+    arguments). The forms: `python3 -m vllm.entrypoints.openai.api_server ARGS`, `vllm serve
+    MODEL ARGS` (MODEL comes back as --model MODEL, as vLLM's serve command sets it),
+    `python3 -m sglang.launch_server ARGS`, `sglang serve [--model-type T] ARGS` (the backend
+    selector dropped, a positional model as --model-path, as SGLang's serve does),
+    `python3 -m lmcache.v1.multiprocess.server ARGS`, `lmcache server ARGS`; each also behind
+    the interpreter that runs a console script."""
+    if not argv:
+        return None, []
+    rest = list(argv)
+    if posixpath.basename(rest[0]).startswith("python"):
+        if len(rest) > 2 and rest[1] == "-m":
+            return SERVER_MODULES.get(rest[2]), rest[3:]
+        rest = rest[1:]  # `python3 <venv>/bin/vllm serve ...`: the script follows
+    if len(rest) < 2 or (posixpath.basename(rest[0]), rest[1]) not in SERVER_SCRIPTS:
+        return None, []
+    server, args = SERVER_SCRIPTS[posixpath.basename(rest[0]), rest[1]], rest[2:]
+    if server == "sglang":
+        kept, i = [], 0
+        while i < len(args):
+            if args[i] == "--model-type":
+                i += 2
+                continue
+            if not args[i].startswith("--model-type="):
+                kept.append(args[i])
+            i += 1
+        args = kept
+    if server in ("vllm", "sglang") and args and not args[0].startswith("-"):
+        args = ["--model" if server == "vllm" else "--model-path", *args]
+    return server, args
+
+
 def live_env(c: Context, unit: str) -> tuple[dict[str, str], str]:
     """The environment systemd runs `unit` with (`systemctl show`, else the unit file)."""
     if c.b.exists(bf.systemctl_file(unit)) and "Environment" in c.show_unit(unit):
