@@ -715,6 +715,7 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_storage_max_connect": int_range(1, 16),
     "kvprov_storage_nconnect": int_range(0, 16, note=" (0 leaves nconnect unset)"),
     "kvprov_storage_mount_timeout": int_range(1, note=" (seconds)"),
+    "kvprov_host_memory_mb": int_range(0, note=" (MiB of host memory, MemTotal; 0: read on the host by the preflight)"),
     "kvprov_sglang_tp_size": int_range(1),
     "kvprov_sglang_page_size": int_range(1),
     "kvprov_sglang_hicache_size": int_range(0, note=" (GB of host DRAM per TP rank)"),
@@ -1010,7 +1011,8 @@ def engine_rules(h: HostView) -> list[Problem]:
     rules = {"vllm_offload": _vllm_offload, "lmcache_mp": _lmcache_mp, "lmcache_inproc": _lmcache_inproc}
     if engine in rules:
         out += rules[engine](h)
-    return out
+    from kvprov import check_tiers  # the tiers' sizes: host memory, storage below DRAM
+    return out + check_tiers.rules(h)
 
 
 def _exposure(h: HostView) -> list[Problem]:
