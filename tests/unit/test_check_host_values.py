@@ -263,7 +263,7 @@ def test_the_nixl_store_pool_holds_the_l2_size():
     def pool(size: int, gb: float, file_size: int = 8192000) -> list[str]:  # 2000 L1 pages of 4 KiB
         return problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_type="nixl_store",
                         kvprov_lmcache_mp_nixl_pool_size=size, kvprov_lmcache_mp_nixl_file_size=file_size,
-                        kvprov_lmcache_mp_l2_size_gb=gb)
+                        kvprov_lmcache_mp_l2_size_gb=gb, kvprov_lmcache_mp_l1_size_gb=0.5)  # L1 below the L2
 
     assert pool(123, 1) == []  # 123 x 8.192 MB is 1.008 GB
     assert pool(122, 1) == [

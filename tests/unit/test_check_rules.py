@@ -161,7 +161,7 @@ def test_type_error_for_a_missing_string():
 
 
 NIXL_STORE = dict(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_type="nixl_store",
-                  kvprov_lmcache_mp_nixl_file_size=1 << 30)
+                  kvprov_lmcache_mp_nixl_file_size=1 << 30, kvprov_lmcache_mp_l1_size_gb=1)  # L1 below the L2
 
 
 def test_lmcache_nixl_pool_must_hold_the_l2_size(tmp_path):
