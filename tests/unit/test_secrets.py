@@ -164,6 +164,8 @@ def play(tmp_path: Path, credentials: Path, *extra: str) -> tuple[subprocess.Com
                         "-e", f"ansible_python_interpreter={sys.executable}",
                         "-e", f"kvprov_engine_s3_credentials_file={credentials}",
                         "-e", "kvprov_storage_profile=local", "-e", "kvprov_storage_pnfs_layout=none",
+                        # a host tier this machine's memory holds (the preflight weighs it against MemTotal)
+                        "-e", '{"kvprov_sglang_hicache_size": 1}',
                         "-e", f"_kvprov_engine_secrets_env={env_file}"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT,
                        env={**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_NOCOLOR": "1"})
@@ -210,7 +212,8 @@ def test_bench_skips_obj_and_says_why(tmp_path):
                               f"          ansible_python_interpreter: {sys.executable}\n",
                     group_vars=f"        kvprov_storage_mount_point: {tmp_path}\n"
                                f"        kvprov_engine_s3_credentials_file: {creds(tmp_path)}\n"
-                               "        kvprov_nixl_plugins: {obj: {active: true, bucket: kv}}\n")
+                               "        kvprov_nixl_plugins: {obj: {active: true, bucket: kv}}\n"
+                               "        kvprov_sglang_hicache_size: 1\n")  # what this machine's memory holds
     inv.write_text(inv.read_text().replace("        s1:\n", "        localhost:\n"))
     r = kvprov("bench", str(inv), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
