@@ -111,7 +111,9 @@ def test_the_installed_collection_computes_what_kvprov_computes(installed, tmp_p
     ours = desired.load(str(inventory))
     (tmp_path / "out").mkdir()
     (tmp_path / "play.yml").write_text(WRAPPER.format(out=tmp_path / "out"))
-    r = ansible(["ansible-playbook", "-i", str(inventory), "play.yml", "-e", "ansible_python_interpreter=python3"],
+    # The host's memory given, so that the preflight reads no /proc/meminfo (no lab host is up here)
+    r = ansible(["ansible-playbook", "-i", str(inventory), "play.yml", "-e", "ansible_python_interpreter=python3",
+                 "-e", '{"kvprov_host_memory_mb": 65536}'],
                 collections, tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "kvprov.kvprov.preflight : Check this host's kvprov variables" in r.stdout

@@ -30,7 +30,9 @@ def test_lab_render_lists_every_managed_file(tmp_path):
     assert "Options=vers=4.1,proto=rdma,port=20049,rsize=262144,wsize=262144,hard,max_connect=16,lookupcache=positive,write=eager,_netdev" in mount
     assert "blocklayoutdriver" in (host / "etc/modules-load.d/kvprov-nfs.conf").read_text()
     assert tomllib.loads((host / "etc/kvprov/nixl_backend_config.toml").read_text()) == {
-        "plugin": {"posix": {"active": True, "use_aio": False}}}
+        "plugin": {"posix": {"active": True, "use_aio": False}},
+        # SGLang's L3 cleaner, on at kvprov's marks (no kvprov evictor for sglang_hicache)
+        "l3_cleaner_enabled": True, "l3_cleaner_high_watermark": 85, "l3_cleaner_low_watermark": 70}
 
 
 def test_production_render_uses_gds_mt_files_layout_and_per_host_dirs(tmp_path):

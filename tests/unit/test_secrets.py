@@ -107,6 +107,7 @@ def test_s3_without_a_credentials_file_is_a_warning_only(tmp_path):
     """An instance role may supply them: a warning, not an error."""
     inv = inventory(tmp_path, "          kvprov_nixl_plugins: {obj: {active: true, bucket: kv}}\n"
                               "        l1:\n          kvprov_engine: lmcache_inproc\n"
+                              "          kvprov_lmcache_inproc_tier: local_disk\n"
                               "          kvprov_lmcache_inproc_config: {remote_url: 's3://kv.s3.example.com'}\n")
     found = {p.host: p for p in problems(inv)}
     assert set(found) == {"s1", "l1"} and all(p.severity == "warning" for p in found.values())
@@ -119,6 +120,7 @@ def test_s3_without_a_credentials_file_is_a_warning_only(tmp_path):
 
 def test_no_rendered_file_holds_a_credential(tmp_path):
     inv = inventory(tmp_path, "        m1:\n          kvprov_engine: lmcache_inproc\n"
+                              "          kvprov_lmcache_inproc_tier: local_disk\n"
                               "          kvprov_lmcache_inproc_config: {remote_url: 's3://kv.s3.example.com'}\n",
                     group_vars=f"        kvprov_engine_s3_credentials_file: {creds(tmp_path)}\n"
                                "        kvprov_nixl_plugins: {obj: {active: true, bucket: kv}}\n")
