@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import yaml
 
-from kvprov import inventory
+from kvprov import inventory, namespace
 from kvprov.errors import EXIT_OK, EXIT_USAGE, KvprovError
 from kvprov.inventory import Host, Inventory, InventoryError, Origin, Problem, Setting, Var
 
@@ -433,6 +433,9 @@ def storage_dir_errors(value: Any) -> list[str]:
                 "kvprov_storage_mount_point)"]
     if ".." in value.split("/"):
         return [f'"{value}" must not contain ..']
+    if not re.fullmatch(r"[A-Za-z0-9_./-]+", value):
+        return [f'"{value}" may hold only letters, digits and _ . / - (it is written into unit lines and the '
+                "evictor's command line)"]
     return []
 
 
@@ -745,6 +748,9 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_engine_model_path": model_path,
     "kvprov_engine_environment": all_of(environment, s3_secrets_in_environment),
     "kvprov_engine_hash_seed": int_range(0, 4294967295),
+    "kvprov_engine_namespace": lambda v: [] if v == "" or namespace.NAMESPACE.fullmatch(v) else [Finding(
+        f'"{v}" is not a namespace name: 1 to 128 letters, digits, . _ - (not starting with . _ -); it is a '
+        "directory on the shared volume")],
     "kvprov_deploy_serial": serial,
     "kvprov_deploy_max_fail_percentage": int_range(0, 100, note=" (percent of a batch)"),
     "kvprov_engine_find_links": absolute_or_empty,
@@ -1005,7 +1011,7 @@ def engine_rules(h: HostView) -> list[Problem]:
     engine = h.get("kvprov_engine")
     if engine not in ENGINES:
         return []
-    out = _other_engines_settings(h, engine) + _exposure(h) + _s3_without_credentials(h) + _evict_marks(h)
+    out = _other_engines_settings(h, engine) + _exposure(h) + _s3_without_credentials(h) + _evict_marks(h) + _sharing(h)
     instances = h.get(instances_var(h)) or []
     out += _instance_ports(h, engine, instances)
     rules = {"vllm_offload": _vllm_offload, "lmcache_mp": _lmcache_mp, "lmcache_inproc": _lmcache_inproc}
@@ -1191,7 +1197,7 @@ VALUE_RULES.update({
 
 @dataclass
 class StorageDir:
-    """One SGLang instance's NIXL storage directory on a host."""
+    """One engine instance's storage directory on a host."""
 
     host: str
     instance: str
@@ -1202,6 +1208,9 @@ class StorageDir:
     location: tuple[str, int]  # file, line to report at
     problems: list[Problem]
     variable: str  # the instance list's variable (instances_var)
+    engine: str = "sglang_hicache"
+    shared: bool = False  # the engine's tier may be shared with other instances (kvprov/namespace.py)
+    view: "HostView | None" = None
 
 
 def storage_dirs(h: HostView) -> list[StorageDir]:
@@ -1214,6 +1223,10 @@ def storage_dirs(h: HostView) -> list[StorageDir]:
         return []
     server = str(h.get("kvprov_storage_server") or "").strip().lower()
     export = posixpath.normpath(h.get("kvprov_storage_export") or "/")
+    engine = h.get("kvprov_engine") or "sglang_hicache"
+    shares = namespace.shares(engine, h.get)
+    default_dir = (namespace.namespace_dir(mount, engine, namespace.namespace(_model_getter(h))) if shares
+                   else None)
     out = []
     seen = set()
     for i, inst in enumerate(instances):
@@ -1223,10 +1236,11 @@ def storage_dirs(h: HostView) -> list[StorageDir]:
         seen.add(name)
         if "storage_dir" in inst and storage_dir_errors(given):
             continue
-        path = posixpath.normpath(given or f"{mount}/{h.host.name}/{name}")
+        path = posixpath.normpath(given or default_dir or namespace.instance_dir(mount, h.host.name, name))
         at = (i, "storage_dir") if given else (i,)
         d = StorageDir(h.host.name, name, path, ("local", h.host.name), path, export,
-                       h.location(name_var, *at), [], name_var)
+                       h.location(name_var, *at), [], name_var, engine,
+                       namespace.per_instance_reason(engine, h.get) is None and engine in namespace.KEYING, h)
         rel = posixpath.relpath(path, mount)
         if rel == "." or rel.startswith(".."):
             d.problems.append(_outside_mount(h, name_var, name, given, path, mount, rel == ".", at))
@@ -1236,6 +1250,24 @@ def storage_dirs(h: HostView) -> list[StorageDir]:
             d.volume, d.volume_path = ("nfs", server), posixpath.join(export, rel)
         out.append(d)
     return out
+
+
+def _model_getter(h: HostView) -> Callable[[str], Any]:
+    """h.get, with the model path under its old name where the host still uses it."""
+    return lambda n: (h.get("kvprov_sglang_model_path") or h.get(n)) if n == "kvprov_engine_model_path" else h.get(n)
+
+
+def _sharing(h: HostView) -> list[Problem]:
+    """kvprov_engine_storage_sharing: namespace only where the engine's tier can be shared."""
+    engine = h.get("kvprov_engine") or "sglang_hicache"
+    if h.get("kvprov_engine_storage_sharing") != "namespace" or engine in TIERLESS_ENGINES:
+        return []
+    reason = (namespace.per_instance_reason(engine, h.get) if engine in namespace.KEYING else
+              namespace.PER_INSTANCE[("sglang_hicache", None)] if engine == "sglang_hicache" else None)
+    if reason is None:
+        return []
+    return [h.problem("kvprov_engine_storage_sharing", f"namespace: this engine's tier cannot be shared: {reason}; "
+                                                       "use auto or instance")]
 
 
 def _outside_mount(h: HostView, var: str, name: str, given: str | None, path: str, mount: str, is_mount: bool,
@@ -1261,15 +1293,76 @@ def shared_storage_dirs(dirs: list[StorageDir]) -> list[Problem]:
     for d in usable:
         by_volume.setdefault(d.volume, []).append(d)
     for group in by_volume.values():
-        out += [_shared(a, b, "error") for a, b in _overlapping(group, lambda d: d.volume_path)]
+        out += [_shared(a, b, "error") for a, b in _overlapping(group, lambda d: d.volume_path)
+                if not _one_namespace(a, b)]
     by_export: dict[str, list[StorageDir]] = {}
     for d in usable:
         if d.volume[0] == "nfs":
             by_export.setdefault(d.export, []).append(d)
     for group in by_export.values():
         out += [_shared(a, b, "warning") for a, b in _overlapping(group, lambda d: d.volume_path)
-                if a.volume != b.volume]
+                if a.volume != b.volume and not _one_namespace(a, b)]
     return out
+
+
+def _one_namespace(a: StorageDir, b: StorageDir) -> bool:
+    """The same directory, used by two instances of one engine whose tier is shared by design."""
+    return a.volume_path == b.volume_path and a.shared and b.shared and a.engine == b.engine
+
+
+def namespace_keys(dirs: list[StorageDir]) -> list[Problem]:
+    """Hosts sharing one namespace must agree on everything that names its files (model, hash
+    seed, block/chunk size, dtype, versions, keying engine arguments) and on the engine user's
+    uid (the files' owner): else a host never hits another's pages, or cannot read them."""
+    out = []
+    by_namespace: dict[tuple, list[StorageDir]] = {}
+    for d in dirs:
+        if not d.problems and d.shared and d.view is not None:
+            # one export path on several servers: data LIFs of one SVM, as shared_storage_dirs assumes
+            volume = ("nfs", "") if d.volume[0] == "nfs" else d.volume
+            by_namespace.setdefault((volume, d.volume_path, d.engine), []).append(d)
+    for (volume, _, engine), group in by_namespace.items():
+        first = group[0]
+        where = f"on {first.volume[1]}:{first.export}" if volume[0] == "nfs" else "on the local disk"
+        for d in group[1:]:
+            if d.host == first.host:
+                continue  # one host's instances read the same variables
+            a, b = first.view, d.view
+            names = [n for n in (*namespace.KEYING[engine], "kvprov_engine_uid")
+                     if not (n == "kvprov_engine_hash_seed" and engine in HASHED_ENGINES and volume[0] == "nfs")]
+            for name in names:  # (the hash seed of those engines: hash_seeds, per volume)
+                if a.host.var(name) is None or b.host.var(name) is None:
+                    continue
+                va, vb = a.get(name), b.get(name)
+                if va is None or vb is None or va == vb:
+                    continue  # a template or a wrong type: not compared (the setting rules report the latter)
+                out.append(b.problem(name, f"{vb!r} differs from host {first.host}'s {va!r}{_set_at(a, name)}, which "
+                                           f"shares the namespace {d.path} {where}: {_KEYING_WHY.get(name, _KEYED)}; "
+                                           "make them equal, or give these hosts their own kvprov_engine_namespace"))
+            args_a, args_b = (namespace.keying_args(v.get("kvprov_engine_extra_args")) for v in (a, b))
+            for flag in sorted(set(args_a) | set(args_b)):
+                if args_a.get(flag) != args_b.get(flag):
+                    out.append(b.problem("kvprov_engine_extra_args",
+                                         f"{flag} {args_b.get(flag, '(not given)')} differs from host {first.host}'s "
+                                         f"{args_a.get(flag, '(not given)')}{_set_at(a, 'kvprov_engine_extra_args')}, "
+                                         "which shares the "
+                                         f"namespace {d.path} {where}: {_KEYED}; make them equal, or give these "
+                                         "hosts their own kvprov_engine_namespace"))
+    return out
+
+
+def _set_at(h: HostView, name: str) -> str:
+    """ (file:line) where the host's value is set, (a role default), or nothing when not known."""
+    var = h.host.var(name)
+    if var is not None and var.origin.default:
+        return " (a role default)"
+    file, line = h.location(name)
+    return f" ({file}:{line})" if file else ""
+
+
+_KEYED = "the engine names its files by it, so neither host would ever hit the other's pages"
+_KEYING_WHY = {"kvprov_engine_uid": "the engine user's uid owns the namespace's files, so one host could not "
+                                    "read or evict the other's"}
 
 
 def _overlapping(dirs: list[StorageDir], key: Callable[[StorageDir], str]):
@@ -1292,10 +1385,18 @@ def _shared(a: StorageDir, b: StorageDir, severity: str) -> Problem:
         where = (f"on {b.volume[1]}:{b.export} and {a.volume[1]}:{a.export}, the same volume if both "
                  "servers are data LIFs of one SVM")
     other = f"host {a.host} instance {a.instance}'s storage dir"
-    relation = (f"is also {other}" if a.volume_path == b.volume_path else f"lies inside {other} {a.path}")
-    msg = (f"instance {b.instance}: storage dir {b.path} {relation} {where}: NIXL's clear() would wipe "
-           "the other's files; give every instance its own directory (without storage_dir each gets "
-           "<mount point>/<host>/<name>)")
+    same = a.volume_path == b.volume_path
+    relation = f"is also {other}" if same else f"lies inside {other} {a.path}"
+    unshared = next((d for d in (b, a) if not d.shared), None)
+    if same and unshared is None:
+        why = f"engines {a.engine} and {b.engine} name their files differently: a namespace holds one engine's"
+    elif unshared is not None and unshared.engine != "sglang_hicache" and unshared.view is not None:
+        why = namespace.per_instance_reason(unshared.engine, unshared.view.get) or ""
+    else:
+        why = "NIXL's clear() would wipe the other's files"
+    msg = (f"instance {b.instance}: storage dir {b.path} {relation} {where}: {why}; give every instance its own "
+           "directory (without storage_dir each gets <mount point>/<host>/<name>, or the engine's shared "
+           "namespace where its tier can be shared)")
     return Problem(b.location[0], b.location[1], b.host, b.variable, msg, severity)
 
 
@@ -1462,7 +1563,7 @@ def check(inv: Inventory, specs: dict[str, VarSpec] | None = None) -> list[Probl
         host_problems, host_dirs = _host_rules(host, specs)
         problems += host_problems
         dirs += host_dirs
-    problems += shared_storage_dirs(dirs)
+    problems += shared_storage_dirs(dirs) + namespace_keys(dirs)
     views = [HostView(host, specs) for host in inv.hosts]
     problems += hash_seeds(views) + rollout_settings(views)
     return sorted(_unique(problems), key=lambda p: (p.file or "", p.line or 0, p.host or "", p.message))

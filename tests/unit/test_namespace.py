@@ -1,0 +1,123 @@
+"""The shared tier: one namespace per engine and model on the volume where the engine's files
+are named by what they hold, one directory per instance where they are not (kvprov/namespace.py,
+the engine role's vars, kvprov check's fleet rule)."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from kvprov import check, namespace
+from tests.unit.test_check_fleet import NFS, fleet, found
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+VLLM = {**NFS, "kvprov_engine": "vllm_offload", "kvprov_vllm_offload_cpu_bytes_to_use": 10**9,
+        "kvprov_engine_model_path": "Qwen/Qwen3-8B"}
+
+
+def dirs_of(values: dict) -> list[str]:
+    view = check.HostView(check.host_from_values("h1", values, check.inventory.read_role_defaults(
+        check.inventory.roles_dir())), check.read_specs(check.inventory.roles_dir()))
+    return [d.path for d in check.storage_dirs(view)]
+
+
+@pytest.mark.parametrize("values, expected", [
+    (VLLM, "/mnt/kvcache/kv/vllm_offload/Qwen-Qwen3-8B"),
+    ({**VLLM, "kvprov_engine_namespace": "team-a"}, "/mnt/kvcache/kv/vllm_offload/team-a"),
+    ({**VLLM, "kvprov_engine_storage_sharing": "instance"}, "/mnt/kvcache/h1/main"),
+    ({**NFS, "kvprov_engine": "lmcache_mp"}, "/mnt/kvcache/kv/lmcache_mp/Qwen-Qwen3-8B"),  # fs_native
+    ({**NFS, "kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l2_type": "nixl_store"}, "/mnt/kvcache/h1/main"),
+    ({**NFS, "kvprov_engine": "lmcache_inproc"}, "/mnt/kvcache/kv/lmcache_inproc/Qwen-Qwen3-8B"),  # fs
+    ({**NFS, "kvprov_engine": "lmcache_inproc", "kvprov_lmcache_inproc_tier": "nixl"}, "/mnt/kvcache/h1/main"),
+    (NFS, "/mnt/kvcache/h1/main"),  # SGLang's NIXL backend: clear() deletes its directory
+])
+def test_where_each_engine_keeps_its_tier(values, expected):
+    assert dirs_of(values) == [expected]
+
+
+def test_the_engine_role_renders_the_namespace_kvprov_check_computes(tmp_path):
+    """The example fleet: both vLLM offloading hosts and all their instances write one namespace,
+    LMCache MP and in-process each theirs, SGLang a directory per instance; the Jinja of the
+    engine role and kvprov/namespace.py agree."""
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "kvprov", "render", str(ROOT / "inventory/example.yml"), "--out",
+                        str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    roots = {}
+    for unit in out.glob("*/etc/systemd/system/kvprov-vllm-*.service"):
+        m = re.search(r'"root_dir":"([^"]+)"', unit.read_text())
+        if m:
+            roots.setdefault(m.group(1), set()).add(unit.parts[-5])
+    assert roots == {namespace.namespace_dir("/mnt/kvcache", "vllm_offload", "models-Qwen3-8B"):
+                     {"gpu-c01.corp.example.com", "gpu-c05.corp.example.com"}}
+    [mp] = out.glob("gpu-c02*/etc/systemd/system/kvprov-lmcache-gpu0-3.service")
+    adapter = json.loads(re.search(r"--l2-adapter '([^']+)'", mp.read_text()).group(1))
+    assert adapter["type"] == "fs_native" and adapter["base_path"] == "/mnt/kvcache/kv/lmcache_mp/models-Qwen3-8B"
+    inproc = (out / "gpu-c03.corp.example.com/etc/kvprov/lmcache-gpu0-3.yaml").read_text()
+    assert "fs://localhost:0/mnt/kvcache/kv/lmcache_inproc/models-Qwen3-8B" in inproc
+    sglang = (out / "gpu-a01.corp.example.com/etc/systemd/system/kvprov-sglang-gpu0-3.service").read_text()
+    assert "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=/mnt/kvcache/gpu-a01.corp.example.com/gpu0-3" in sglang
+    # one evictor for the namespace both instances of gpu-c01 share
+    assert [p.name for p in out.glob("gpu-c01*/etc/systemd/system/kvprov-evict-*.service")] == [
+        "kvprov-evict-gpu0-3.service"]
+
+
+def test_hosts_sharing_a_namespace_must_agree_on_what_names_its_files():
+    problems = found(fleet({"a": VLLM, "b": {**VLLM, "kvprov_vllm_offload_block_size": 32},
+                            "c": {**VLLM, "kvprov_engine_namespace": "other", "kvprov_vllm_block_size": 32}}))
+    assert problems == [
+        "error b kvprov_vllm_offload_block_size: 32 differs from host a's 64 (a role default), which shares the "
+        "namespace /mnt/kvcache/kv/vllm_offload/Qwen-Qwen3-8B on 10.0.0.5:/kvcache: the engine names its files by "
+        "it, so neither host would ever hit the other's pages; make them equal, or give these hosts their own "
+        "kvprov_engine_namespace"]
+
+
+def test_keying_engine_arguments_and_the_owner_must_agree_too():
+    a = {**VLLM, "kvprov_engine_extra_args": ["--kv-cache-dtype", "fp8"], "kvprov_engine_uid": 2001}
+    b = {**VLLM, "kvprov_engine_extra_args": ["--kv-cache-dtype=auto"], "kvprov_engine_uid": 2002}
+    problems = found(fleet({"a": a, "b": b}))
+    assert [p.split(":")[0] for p in problems] == ["error b kvprov_engine_extra_args", "error b kvprov_engine_uid"]
+    assert "--kv-cache-dtype auto differs from host a's fp8" in problems[0]
+    assert "uid owns the namespace's files" in problems[1]
+    # the same settings: no finding; one host's own two instances: nothing to compare
+    assert found(fleet({"a": a, "b": {**a}})) == []
+
+
+def test_an_unshareable_tier_cannot_be_asked_to_share():
+    [p] = found(fleet({"a": {**NFS, "kvprov_engine_storage_sharing": "namespace"}}))
+    assert p.startswith("error a kvprov_engine_storage_sharing: namespace: this engine's tier cannot be shared: "
+                        "SGLang's NIXL storage backend deletes every file")
+    [p] = found(fleet({"a": {**NFS, "kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l2_type": "nixl_store",
+                             "kvprov_lmcache_mp_nixl_pool_size": 2000, "kvprov_engine_storage_sharing": "namespace"}}))
+    assert "keeps its index in memory" in p
+
+
+def test_one_directory_given_to_two_engines_or_to_an_unshareable_tier_is_refused():
+    shared = [{"name": "main", "port": 8000, "storage_dir": "/mnt/kvcache/shared"}]
+    mp = {**NFS, "kvprov_engine": "lmcache_mp", "kvprov_engine_instances": shared}
+    [p] = found(fleet({"a": {**VLLM, "kvprov_engine_instances": shared}, "b": mp}))
+    assert "name their files differently" in p
+    pool = {"kvprov_lmcache_mp_l2_type": "nixl_store", "kvprov_lmcache_mp_nixl_pool_size": 2000}
+    [p] = found(fleet({"a": mp, "b": {**mp, **pool}}))
+    assert "is also host a instance main's storage dir" in p and "keeps its index in memory" in p
+    assert found(fleet({"a": mp, "b": mp})) == []  # a namespace the user named: shared
+
+
+@pytest.mark.parametrize("value", ["/mnt/kvcache/ --high-percent 1", "/mnt/kvcache/a b", "/mnt/kvcache/$x"])
+def test_a_storage_dir_is_a_plain_path(value):
+    [p] = found(fleet({"a": {**NFS, "kvprov_engine_instances": [{"name": "m", "port": 8000, "storage_dir": value}]}}))
+    assert "may hold only letters, digits and _ . / -" in p
+
+
+@pytest.mark.parametrize("value", ["../x", "a/b", ".hidden", "x" * 129, "a b"])
+def test_a_namespace_is_one_plain_directory_name(value):
+    [p] = found(fleet({"a": {**VLLM, "kvprov_engine_namespace": value}}))
+    assert "is not a namespace name" in p
+
+
+def test_the_default_namespace_is_the_model_path_made_a_name():
+    assert namespace.default_namespace("Qwen/Qwen3-8B") == "Qwen-Qwen3-8B"
+    assert namespace.default_namespace("/models/tiny") == "models-tiny"
+    assert namespace.default_namespace("/srv/m odel//x.") == "srv-m-odel-x"
