@@ -23,6 +23,12 @@ units are restarted through the inventory, so the GPU and host tiers are empty, 
 same conversations run again: the replay's first turns can only hit the storage tier. The
 JSON's "replay" rows give the storage hits and TTFT p50 of the cold run against the replay.
 
+--cross-host (inventory only): after every sweep, each instance's conversations run on an
+instance of another host that shares its storage namespace, restarted first: that host never
+saw them, so its first turns can only hit what the other host stored on the shared volume.
+The JSON's "cross_host" rows give the storage hits and TTFT p50 against the host's own cold
+run; an instance no other host shares a namespace with is named, with why, and exits 1.
+
 Exit 0: every endpoint measured without an error; 1: an endpoint was down, answered
 errors or is not OpenAI-compatible (one line each; the others are still measured);
 2: usage error, a prompt longer than the model's context (refused before any request) or
@@ -77,6 +83,7 @@ class Endpoint:
     problem: str | None = None  # why it cannot be (or was not fully) measured
     host: str | None = None  # the inventory host (restarts for --replay)
     units: list[str] = field(default_factory=list)  # its engine units, in start order
+    storage_dir: str | None = None  # its KV tier's directory (inventory): a namespace other hosts may share
 
     def public(self) -> dict:
         return {"name": self.name, "url": self.url, "engine": self.engine, "model": self.model,
@@ -171,7 +178,7 @@ def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instanc
                 metrics.append(f"http://{_host_in_url(address if _is_loopback(address) else reach)}:"
                                f"{inst['metrics_port']}/metrics")
             ep = Endpoint(name=name, url=base, metrics_urls=metrics, engine=engine["name"], problem=problem,
-                          host=host, units=list(inst.get("units", [])),
+                          host=host, units=list(inst.get("units", [])), storage_dir=inst.get("storage_dir") or None,
                           max_model_len=limit or None, max_model_len_from="kvprov_vllm_max_model_len" if limit else "",
                           model_path=tokenizer or v.get("kvprov_engine_model_path"))
             if key_file and not problem:
@@ -646,6 +653,7 @@ class Settings:
     seed: str = "0"
     ignore_eos: bool = True
     replay: bool = False
+    cross_host: bool = False
     restart_timeout: float = 900.0
 
 
@@ -667,6 +675,46 @@ def replay_rows(points: list[dict]) -> list[dict]:
                      "storage_hit_tokens": sum(hits.get(s, 0.0) for s in STORAGE_SOURCES),
                      "hit_tokens": hits, "cold_ttft_ms_p50": c["ttft_ms"]["p50"],
                      "replay_ttft_ms_p50": p["ttft_ms"]["p50"]})
+    return rows
+
+
+def cross_host_pairs(endpoints: list[Endpoint]) -> tuple[list[tuple[Endpoint, Endpoint]], dict[str, str]]:
+    """--cross-host: each endpoint (source) with the next endpoint on another host whose engine
+    shares its storage directory (a namespace), in a ring per namespace: A -> B, B -> C, C -> A.
+    Returns the pairs and, per endpoint left out, why."""
+    pairs, why = [], {}
+    live = [e for e in endpoints if not e.problem]
+    for a in live:
+        if not a.storage_dir:
+            why[a.name] = f"engine {a.engine} keeps no KV files on the volume"
+            continue
+        group = [e for e in live if e.storage_dir == a.storage_dir and e.engine == a.engine]
+        others = [e for e in group[group.index(a) + 1:] + group[:group.index(a)] if e.host != a.host]
+        if not others:
+            why[a.name] = (f"no other host's instance uses its storage directory {a.storage_dir}: the namespace is "
+                           "not shared (kvprov_engine_storage_sharing instance, a storage_dir of its own, or an "
+                           "engine tier that is per instance), or the other hosts are not in this run")
+            continue
+        pairs.append((a, others[0]))
+    return pairs, why
+
+
+def cross_host_rows(points: list[dict]) -> list[dict]:
+    """Per pair and prompt length: the first turn of the source's conversations on the target
+    (restarted: its GPU and host tiers empty, and it never saw them) against the target's own
+    cold first turn, and what the storage tier served."""
+    cold = {(p["instance"], p["prompt_tokens"]): p for p in points if p["phase"] == "sweep" and p["turn"] == 1}
+    rows = []
+    for p in points:
+        if p["phase"] != "cross_host" or p["turn"] != 1:
+            continue
+        hits = (p["cache"] or {}).get("hit_tokens", {})
+        own, src = cold.get((p["instance"], p["prompt_tokens"])), cold.get((p.get("source"), p["prompt_tokens"]))
+        rows.append({"instance": p["instance"], "source": p.get("source"), "prompt_tokens": p["prompt_tokens"],
+                     "storage_hit_tokens": sum(hits.get(s, 0.0) for s in STORAGE_SOURCES), "hit_tokens": hits,
+                     "cold_ttft_ms_p50": own["ttft_ms"]["p50"] if own else None,
+                     "source_cold_ttft_ms_p50": src["ttft_ms"]["p50"] if src else None,
+                     "cross_host_ttft_ms_p50": p["ttft_ms"]["p50"]})
     return rows
 
 
@@ -768,14 +816,17 @@ def run_conversations(ep: Endpoint, conversations: list[Conversation], s: Settin
 
 
 def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, TokenCounter],
-        restart=None) -> dict:
+        restart=None, pairs: list[tuple[Endpoint, Endpoint]] | None = None) -> dict:
     """The sweep over every measurable endpoint, and with s.replay the restart (`restart(ep)`)
     and replay of the same conversations; returns the result document (points so far when
     interrupted: result['stopped'] == 'interrupted')."""
     stop = Stop(s.duration)
     live = [ep for ep in endpoints if not ep.problem]
-    total = len(live) * len(s.prompt_tokens) * s.turns * (2 if s.replay else 1)
-    result = {"points": [], "planned_points": total, "stopped": None}
+    unpaired: dict[str, str] = {}
+    if pairs is None:  # with s.cross_host: every instance's on the next host of its namespace
+        pairs, unpaired = cross_host_pairs(live) if s.cross_host else ([], {})
+    total = (len(live) * (2 if s.replay else 1) + len(pairs)) * len(s.prompt_tokens) * s.turns
+    result = {"points": [], "planned_points": total, "stopped": None, "cross_host_skipped": unpaired}
     done = [0]
     t0 = time.monotonic()
 
@@ -813,6 +864,22 @@ def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, To
                         break
                     convs = make_conversations(counter, n, s.users, s.turns, s.turn_tokens, f"{s.seed}/{ep.name}")
                     run_conversations(ep, convs, s, stop, on_point, phase="replay")
+        for a, b in pairs:  # after every sweep: the sources' prefixes are in the namespace
+            if stop.check() or a.problem or b.problem:
+                continue
+            progress(f"{a.name} -> {b.name}: restarting {', '.join(b.units)} on {b.host} (its GPU and host tiers "
+                     f"emptied), then {a.name}'s conversations there")
+            try:
+                restart(b)
+            except EndpointError as e:
+                unpaired[a.name] = f"restart of {b.name} for the cross-host replay: {e}"
+                continue
+            for n in s.prompt_tokens:
+                if stop.check():
+                    break
+                convs = make_conversations(counters[a.name], n, s.users, s.turns, s.turn_tokens, f"{s.seed}/{a.name}")
+                run_conversations(b, convs, s, stop, lambda p, a=a: on_point({**p, "source": a.name}),
+                                  phase="cross_host")
     except KeyboardInterrupt:
         stop.reason = "interrupted"
     result["stopped"] = stop.reason
@@ -876,6 +943,10 @@ def add_parser(sub) -> None:
     p.add_argument("--replay", action="store_true",
                    help="(inventory) after each endpoint's sweep, restart its engine units and replay the same "
                         "conversations: what comes back from the storage tier, and TTFT cold vs replayed")
+    p.add_argument("--cross-host", action="store_true",
+                   help="(inventory) after the sweep, replay each instance's conversations on an instance of another "
+                        "host sharing its storage namespace, restarted first (it never saw them): what the shared "
+                        "tier serves across hosts, and TTFT against that host's own cold one")
     p.add_argument("--restart-timeout", type=_positive(float), default=900, metavar="S",
                    help="with --replay: how long an engine may take to answer again after its restart (900)")
     p.add_argument("--compare", nargs="+", metavar="RUN.json",
@@ -936,13 +1007,42 @@ def roundtrip_result(ep: Endpoint, points: list[dict]):
                   fix, ep.host or ep.name)
 
 
+def cross_host_result(a: Endpoint, b: Endpoint, points: list[dict]):
+    """validate's engine.<instance>.cross_host (on host B): B, restarted (GPU and host tiers
+    empty) and never sent A's conversation, serves A's prefix from the namespace they share."""
+    from kvprov.validate.result import FAIL, PASS, Result
+
+    instance = b.name.split("/", 1)[-1]
+    expected = f"a prefix {a.name} stored in the shared namespace {b.storage_dir} is served to {b.name} from it"
+    fix = (f"both hosts must see the same files in {b.storage_dir} (the same volume and namespace; `kvprov check` "
+           f"names settings that key the files differently); look at journalctl -u {' -u '.join(b.units)}")
+    rows = cross_host_rows(points)
+    if a.problem or b.problem or not rows:
+        return Result(f"engine.{instance}.cross_host", "engine", FAIL, expected,
+                      a.problem or b.problem or "the warm-up or the replay on the other host did not complete", fix,
+                      b.host or b.name)
+    row = rows[0]
+    times = (f"TTFT p50 of its own cold prompt {row['cold_ttft_ms_p50'] or 0:.0f} ms, of {a.name}'s prefix "
+             f"{row['cross_host_ttft_ms_p50'] or 0:.0f} ms")
+    if row["storage_hit_tokens"] > 0:
+        return Result(f"engine.{instance}.cross_host", "engine", PASS, expected,
+                      f"{row['storage_hit_tokens']:.0f} of the prompt's tokens came from the storage tier; {times}", "",
+                      b.host or b.name)
+    return Result(f"engine.{instance}.cross_host", "engine", FAIL, expected,
+                  f"no prompt token came from the storage tier: {b.name} did not find what {a.name} stored; hits "
+                  f"{row['hit_tokens']}; {times}", fix, b.host or b.name)
+
+
 def roundtrip(sources: list[str], limit: str | None) -> list:
     """`kvprov validate --engine-roundtrip`: per engine instance, a one-conversation warm-up, a
-    restart of its units and a replay (the same path as `kvprov loadtest --replay`)."""
+    restart of its units and a replay (the same path as `kvprov loadtest --replay`); then, per
+    namespace shared by several hosts, the warmed prefix of each instance replayed on another
+    host's instance, restarted first (`kvprov loadtest --cross-host`)."""
     from kvprov.validate.result import SKIP, Result
 
     results = []
-    for ep in load_inventory_endpoints(sources, limit, None, None):
+    eps = load_inventory_endpoints(sources, limit, None, None)
+    for ep in eps:
         if ep.engine in TIERLESS_ENGINES:
             results.append(Result(f"engine.{ep.name.split('/', 1)[-1]}.roundtrip", "engine", SKIP, "",
                                   f"engine {ep.engine} has no KV tier: nothing to serve from storage after a restart",
@@ -961,6 +1061,13 @@ def roundtrip(sources: list[str], limit: str | None) -> list:
             points = run([ep], ROUNDTRIP, _progress, {ep.name: counter},
                          lambda e: restart_engine(sources, e, ROUNDTRIP.restart_timeout, 30))["points"]
         results.append(roundtrip_result(ep, points))
+    pairs, _ = cross_host_pairs([e for e in eps if e.engine not in TIERLESS_ENGINES])
+    for a, b in pairs:
+        _progress(f"{a.name} -> {b.name}: cross-host round trip (restart {b.name}, then {a.name}'s prefix there)")
+        cross = Settings(**{**ROUNDTRIP.__dict__, "replay": False, "cross_host": True})
+        points = run([a, b], cross, _progress, {e.name: TokenCounter(e.model_path) for e in (a, b)},
+                     lambda e: restart_engine(sources, e, cross.restart_timeout, 30), [(a, b)])["points"]
+        results.append(cross_host_result(a, b, points))
     return results
 
 
@@ -988,14 +1095,15 @@ def cmd_loadtest(args) -> int:
         raise KvprovError("give an INVENTORY or --url URL (not both)", EXIT_USAGE)
     if args.api_key_file and not args.url:
         raise KvprovError("--api-key-file goes with --url (the inventory names its own key file)", EXIT_USAGE)
-    if args.url and args.replay:
-        raise KvprovError("--replay restarts the engines through the inventory: not with --url", EXIT_USAGE)
+    if args.url and (args.replay or args.cross_host):
+        raise KvprovError("--replay and --cross-host restart the engines through the inventory: not with --url",
+                          EXIT_USAGE)
     if args.url and (args.limit or args.instances):
         raise KvprovError("--limit and --instances select inventory instances: not with --url", EXIT_USAGE)
     s = Settings(prompt_tokens=sorted(set(args.prompt_tokens)), turns=args.turns, users=args.users,
                  output_tokens=args.output_tokens, turn_tokens=args.turn_tokens, duration=args.duration,
                  request_timeout=args.request_timeout, api=args.api, replay=args.replay, ignore_eos=args.ignore_eos,
-                 restart_timeout=args.restart_timeout,
+                 restart_timeout=args.restart_timeout, cross_host=args.cross_host,
                  seed=args.seed if args.seed is not None else f"{random.getrandbits(32):08x}")
     out = Path(args.out or f"loadtest-{_stamp()}")
     started = datetime.now(timezone.utc)
@@ -1040,7 +1148,9 @@ def cmd_loadtest(args) -> int:
         restart_engine(sources, ep, s.restart_timeout, probe_timeout)
 
     result = run(endpoints, s, _progress, counters, restart) if live else {"points": [], "planned_points": 0,
-                                                                             "stopped": None}
+                                                                             "stopped": None, "cross_host_skipped": {}}
+    for name, why in result["cross_host_skipped"].items():
+        print(f"kvprov loadtest: {name}: no cross-host replay: {why}", file=sys.stderr)
     for ep in live:  # a later failure (every request of a turn failed)
         if ep.problem:
             print(f"kvprov loadtest: {ep.name} ({ep.url}): {ep.problem}", file=sys.stderr)
@@ -1055,7 +1165,7 @@ def cmd_loadtest(args) -> int:
         ep = next(e for e in endpoints if e.name == name)
         if not ep.problem:
             print(f"kvprov loadtest: {name} ({ep.url}): {n} request(s) failed; first: {first}", file=sys.stderr)
-    failed = any(ep.problem for ep in endpoints) or bool(errors)
+    failed = any(ep.problem for ep in endpoints) or bool(errors) or bool(result["cross_host_skipped"])
     code = INTERRUPTED if result["stopped"] == "interrupted" else EXIT_CHECKS_FAILED if failed else EXIT_OK
     if result["stopped"] == "duration":
         _progress(f"stopped at --duration {s.duration:g} s after {len(result['points'])} of "
@@ -1067,13 +1177,14 @@ def cmd_loadtest(args) -> int:
            "settings": {"prompt_tokens": s.prompt_tokens, "turns": s.turns, "users": s.users,
                         "output_tokens": s.output_tokens, "turn_tokens": s.turn_tokens, "duration_s": s.duration,
                         "request_timeout_s": s.request_timeout, "api": s.api, "seed": s.seed,
-                        "ignore_eos": s.ignore_eos, "replay": s.replay,
+                        "ignore_eos": s.ignore_eos, "replay": s.replay, "cross_host": s.cross_host,
                         "source": "inventory" if sources else "url",
                         "inventory": sources or None},
            "endpoints": [{**ep.public(), "tokenizer": counters[ep.name].describe()} for ep in endpoints],
            "planned_points": result["planned_points"], "done_points": len(result["points"]),
            "stopped": result["stopped"], "exit_code": code, "points": result["points"],
-           "replay": replay_rows(result["points"])}
+           "replay": replay_rows(result["points"]), "cross_host": cross_host_rows(result["points"]),
+           "cross_host_skipped": result["cross_host_skipped"]}
     try:
         paths = report.write_run(doc, out, args.json)
     except KeyboardInterrupt:  # a second Ctrl-C while writing: finish writing anyway

@@ -113,8 +113,10 @@ def chart(runs: list[dict]) -> bytes:
     except ImportError:
         raise KvprovError("matplotlib is not installed (pip install matplotlib, or scripts/install-deps): "
                           "the JSON is written, the chart and the HTML are not", EXIT_ENVIRONMENT) from None
-    fig, axes = plt.subplots(1, 3, figsize=(16, 6.2), gridspec_kw={"width_ratios": [1, 1, 1.1]})
-    tput, ttft, hits = axes
+    first = first_turn_ttft(runs)
+    fig, axes = plt.subplots(1, 4 if first else 3, figsize=(21 if first else 16, 6.2),
+                             gridspec_kw={"width_ratios": [1, 1, 1.1] + ([1.1] if first else [])})
+    tput, ttft, hits = axes[:3]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     lengths: set[int] = set()
     bars = []
@@ -150,12 +152,50 @@ def chart(runs: list[dict]) -> bytes:
         else:
             ax.text(0.5, 0.5, "no point measured", ha="center", va="center", transform=ax.transAxes)
     _hit_bars(hits, bars)
+    if first:
+        _first_turn_bars(axes[3], first)
     fig.suptitle(" vs ".join(r["label"] for r in runs) if len(runs) > 1 else f"kvprov loadtest: {runs[0]['label']}")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
+
+
+# What a first turn's TTFT was measured after (the chart's fourth panel).
+FIRST_TURN = (("cold", "cold (nothing cached)"), ("restart", "after a restart (storage tier only)"),
+              ("cross_host", "on another host (shared storage tier only)"))
+
+
+def first_turn_ttft(runs: list[dict]) -> dict[str, dict[str, float]]:
+    """{run · instance · prompt length: {cold, restart, cross_host: TTFT p50 ms}} for the runs with
+    a replay or a cross-host replay: what the storage tier does to the first turn."""
+    out: dict[str, dict[str, float]] = {}
+    for run in runs:
+        prefix = f"{run['label']} · " if len(runs) > 1 else ""
+        for r in run.get("replay") or []:
+            out.setdefault(f"{prefix}{r['instance']} · {r['prompt_tokens']}", {}).update(
+                {"cold": r["cold_ttft_ms_p50"], "restart": r["replay_ttft_ms_p50"]})
+        for r in run.get("cross_host") or []:
+            bar = out.setdefault(f"{prefix}{r['instance']} · {r['prompt_tokens']}", {})
+            bar.update({"cross_host": r["cross_host_ttft_ms_p50"]})
+            bar.setdefault("cold", r["cold_ttft_ms_p50"])
+    return {k: {m: v for m, v in bars.items() if v is not None} for k, bars in out.items()}
+
+
+def _first_turn_bars(ax, first: dict[str, dict[str, float]]) -> None:
+    names = sorted(first)
+    width = 0.8 / len(FIRST_TURN)
+    for j, (key, label) in enumerate(FIRST_TURN):
+        xs = [i + (j - 1) * width for i, n in enumerate(names) if key in first[n]]
+        if xs:
+            ax.bar(xs, [first[n][key] for n in names if key in first[n]], width, label=label)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([n.replace(" · ", "\n", 1) + " tok" for n in names], fontsize=7)
+    ax.set_title("First turn TTFT (p50): where the prefix came from")
+    ax.set_ylabel("ms")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
 
 
 # Cache sources, from the GPU down to storage, with the names the chart shows.
@@ -277,6 +317,22 @@ def _replay_table(doc: dict) -> str:
             f"<th>TTFT p50 replayed (ms)</th></tr>{''.join(rows)}</table>")
 
 
+def _cross_host_table(doc: dict) -> str:
+    """Another host's conversations on a restarted host that never saw them: what the shared
+    storage tier served on the first turn, and TTFT p50 against that host's own cold first turn."""
+    rows = [f"<tr{'' if r['storage_hit_tokens'] else ' class=err'}><td class=l>{_e(r['source'])} → "
+            f"{_e(r['instance'])}</td><td>{r['prompt_tokens']}</td><td>{_n(r['storage_hit_tokens'])}</td>"
+            f"<td>{_n(r['cold_ttft_ms_p50'])}</td><td>{_n(r['cross_host_ttft_ms_p50'])}</td></tr>"
+            for r in doc.get("cross_host") or []]
+    rows += [f"<tr class=err><td class=l>{_e(name)}</td><td colspan=4 class=l>{_e(why)}</td></tr>"
+             for name, why in (doc.get("cross_host_skipped") or {}).items()]
+    if not rows:
+        return ""
+    return ("<h2>On another host (its tiers emptied by a restart; first turn)</h2><table><tr><th class=l>stored by → "
+            "served by</th><th>prompt tokens</th><th>tokens from the storage tier</th><th>TTFT p50 cold on that host "
+            f"(ms)</th><th>TTFT p50 from the other host's prefix (ms)</th></tr>{''.join(rows)}</table>")
+
+
 def _settings_line(doc: dict) -> str:
     s = doc.get("settings", {})
     return (f"prompt lengths {', '.join(map(str, s.get('prompt_tokens', [])))} tokens · {s.get('turns')} turns of "
@@ -299,7 +355,7 @@ def run_html(doc: dict, png: bytes) -> str:
             f"<style>{STYLE}</style></head><body><h1>kvprov loadtest: {_e(doc['label'])}</h1>"
             f"<p class=meta>{_e(doc.get('started'))} → {_e(doc.get('finished'))} ({_n(doc.get('seconds'), 1)} s) · "
             f"{_e(_status_line(doc))}<br>{_e(_settings_line(doc))}</p>"
-            f"{_img(png)}<h2>Endpoints</h2>{_endpoints_table(doc)}{_replay_table(doc)}"
+            f"{_img(png)}<h2>Endpoints</h2>{_endpoints_table(doc)}{_replay_table(doc)}{_cross_host_table(doc)}"
             f"<h2>Points (instance × prompt length × turn; times in ms)</h2>{_points_table(doc)}"
             "<p class=meta>TTFT: time to the first streamed token; latency: to the end of the answer. Cache hits: "
             "the growth of the engine's own counters over the point (vLLM prefix and external caches, vLLM cached "
