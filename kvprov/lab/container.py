@@ -60,6 +60,8 @@ def start(c: topology.Container, rootfs: Path, rundir: Path) -> int:
     for host_path, guest_path in topology.container_binds():
         host_path.mkdir(parents=True, exist_ok=True)  # nspawn refuses a missing source
         binds.append(f"--bind-ro={host_path}:{guest_path}")
+    topology.shared_kv_dir().mkdir(parents=True, exist_ok=True)
+    binds.append(f"--bind={topology.shared_kv_dir()}:{topology.CONTAINER_KV}")
     with (p["dir"] / "console.log").open("w") as out:
         proc = subprocess.Popen(
             ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--boot",

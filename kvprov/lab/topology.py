@@ -69,6 +69,16 @@ def container_binds() -> list[tuple[Path, str]]:
     return [(ENGINE_WHEELHOUSE, CONTAINER_WHEELS), (models_dir(), CONTAINER_MODELS)]
 
 
+CONTAINER_KV = "/srv/kvcache"  # the containers' KV directory (the `local` storage profile's mount point)
+
+
+def shared_kv_dir() -> Path:
+    """The one directory every lab container has at CONTAINER_KV, read-write: a volume all of them
+    share, as a NetApp volume is shared by every GPU host (the host kernel has no NFS client, so
+    the containers cannot mount the storage VM's export; the NFS half is proven on the VMs)."""
+    return lab_home() / "shared-kv"
+
+
 @dataclass(frozen=True)
 class Nic:
     mac: str
