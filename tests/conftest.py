@@ -7,7 +7,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
-LAB_CONTAINERS = 3  # kvlab-c1 is deployed to; kvlab-c2 stays fresh for the check-mode test; kvlab-c3 runs a real engine
+LAB_CONTAINERS = 4  # kvlab-c1 is deployed to; kvlab-c2 stays fresh for the check-mode test; kvlab-c4 runs a real
+# engine, kvlab-c3 the same engine on the same namespace (cross-host)
 
 
 def kvprov(*args: str, timeout: float = 900, check: bool = False) -> subprocess.CompletedProcess:

@@ -25,7 +25,7 @@ def sh(host, command, timeout=120):
 
 def test_every_host_runs_and_answers_ssh(lab):
     names = {h["name"]: h for h in lab["hosts"]}
-    assert set(names) == {"kvlab-storage", "kvlab-gpu1", "kvlab-c1", "kvlab-c2", "kvlab-c3"}
+    assert set(names) == {"kvlab-storage", "kvlab-gpu1", "kvlab-c1", "kvlab-c2", "kvlab-c3", "kvlab-c4"}
     assert all(h["running"] and h["ssh"] for h in lab["hosts"])
     assert Path(lab["inventory"]).read_text().count("kvlab-c1") == 1
 

@@ -1,11 +1,13 @@
 """A real engine under kvprov, on a lab container (CPU: vLLM's CPU build + an LMCache MP
-server, L2 as files in the instance's directory; `inventory/lab-engine.yml`, here aimed at
-the lab's third container). Proves the chain end to end: deploy (offline, idempotent),
-validate, a long prompt twice, KV chunk files in the instance directory, both units
-restarted (GPU, DRAM and L1 tiers empty), the same prompt served from L2; then validate
-and audit catch a stopped server, an unwritable L2 directory and a vLLM unit pointing at
-the wrong port. The container has no NFS (the host kernel has none): the `local` profile;
-the NFS/RDMA tier is proven on the VMs (test_2/test_3)."""
+server, L2 as files in the model's shared namespace; `inventory/lab-engine.yml`, here aimed
+at the lab's last container). Proves the chain end to end: deploy (offline, idempotent),
+validate, a long prompt twice, KV chunk files in the namespace, both units restarted (GPU,
+DRAM and L1 tiers empty), the same prompt served from L2; a second container on the same
+namespace, restarted, serves the first one's prefixes from it (and the first the second's);
+then validate and audit catch a stopped server, an unwritable L2 directory and a vLLM unit
+pointing at the wrong port. The containers have no NFS (the host kernel has none): the
+`local` profile on one directory all containers share; the NFS/RDMA tier is proven on the
+VMs (test_2/test_3)."""
 
 import json
 import os
@@ -13,6 +15,8 @@ import subprocess
 import time
 
 import pytest
+import yaml
+from kvprov import namespace
 from kvprov.lab import inventory, topology
 from kvprov.lab.ssh import ssh, ssh_args
 from tests.conftest import LAB_CONTAINERS, kvprov
@@ -24,7 +28,10 @@ pytestmark = pytest.mark.lab
 INDEX = int(os.environ.get("KVPROV_TEST_ENGINE_CONTAINER", LAB_CONTAINERS))
 HOST = f"kvlab-c{INDEX}"
 ADDR = (f"10.98.{INDEX}.2", 22)
-INST_DIR = f"/srv/kvcache/{HOST}/main"
+PEER = INDEX - 1 if INDEX > 1 else 2  # the second host on the namespace (--cross-host)
+# The namespace every host of this engine and model shares (kvprov/namespace.py)
+INST_DIR = namespace.namespace_dir(topology.CONTAINER_KV, "lmcache_mp", namespace.default_namespace(
+    f"{topology.CONTAINER_MODELS}/{topology.TINY_MODEL}"))
 SERVER, VLLM = "kvprov-lmcache-main.service", "kvprov-vllm-main.service"
 VLLM_UNIT = f"/etc/systemd/system/{VLLM}"
 API_KEY = "kvprov-lab-key-0123456789abcdef"  # deployed from a root-only file on the controller
@@ -69,6 +76,22 @@ def validate(inv, tmp_path, *args):
     return r, {x["id"]: x for x in data["hosts"][HOST]["results"]}
 
 
+def engine_inventory(d, *indexes):
+    """The engine inventory for containers kvlab-c<indexes> (one namespace) in directory d. With
+    the key, the API listens beyond loopback: the controller's loadtest reaches it (and the
+    LMCache server's metrics, allowed for the controller's side of each container link)."""
+    key = d / "api-key"
+    key.write_text(API_KEY + "\n")
+    key.chmod(0o600)
+    data = inventory.build_engine(*indexes)
+    group = data["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]["vars"]
+    group.update({"kvprov_engine_api_key_file": str(key), "kvprov_engine_host": "0.0.0.0",
+                  "kvprov_lmcache_mp_metrics_allow": [f"10.98.{i}.1/32" for i in sorted(indexes)]})
+    inv = d / f"lab-engine-{'-'.join(map(str, indexes))}.yml"
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    return inv
+
+
 @pytest.fixture(scope="module")
 def engine(lab, tmp_path_factory):
     """The engine inventory, deployed: (inventory path, first deploy's JSON)."""
@@ -76,15 +99,7 @@ def engine(lab, tmp_path_factory):
         pytest.fail("the engine lab needs scripts/install-deps (engine wheelhouse and venv) and the tiny model "
                     "(`kvprov lab up` builds it)")
     d = tmp_path_factory.mktemp("engine")
-    key = d / "api-key"
-    key.write_text(API_KEY + "\n")
-    key.chmod(0o600)
-    inv = d / "lab-engine.yml"
-    # With the key, the API listens beyond loopback: the controller's loadtest reaches it (and
-    # the LMCache server's metrics, allowed for the controller's side of the container link).
-    inv.write_text(inventory.render_engine(INDEX).replace(
-        "kvprov_engine: lmcache_mp\n", f"kvprov_engine: lmcache_mp\n            kvprov_engine_api_key_file: {key}\n"
-        f"            kvprov_engine_host: 0.0.0.0\n            kvprov_lmcache_mp_metrics_allow: [10.98.{INDEX}.1/32]\n"))
+    inv = engine_inventory(d, INDEX)
     out = d / "deploy.json"
     r = kvprov("deploy", str(inv), "--json", str(out), timeout=1800)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
@@ -150,6 +165,32 @@ def test_loadtest_later_turns_hit_the_prefix_and_a_replay_after_restart_is_serve
     html = (tmp_path / "loadtest.html").read_text()
     assert "data:image/png;base64," in html and "Replay after a restart" in html
     assert API_KEY not in r.stdout + r.stderr + (tmp_path / "loadtest.json").read_text()
+
+
+def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_namespace(engine, tmp_path):
+    """A second container on the same namespace. After both sweeps, each host restarted (its GPU,
+    DRAM and L1 tiers empty) gets the other's conversation, which it never saw: its first turn
+    must come from the files the other host stored in the namespace, faster than its own cold
+    first turn. The restarts also prove the namespace still serves after both engines restart."""
+    inv = engine_inventory(tmp_path, INDEX, PEER)
+    peer, peer_addr = f"kvlab-c{PEER}", (f"10.98.{PEER}.2", 22)
+    try:
+        r = kvprov("deploy", str(inv), "--limit", peer, timeout=1800)
+        assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+        assert ssh(*peer_addr, f"stat -c %U {INST_DIR}", timeout=30).stdout.strip() == "kvprov-engine"
+        r = kvprov("loadtest", str(inv), "--cross-host", "--prompt-tokens", "1024", "--turns", "1", "--users", "1",
+                   "--output-tokens", "4", "--out", str(tmp_path / "cross"), "--label", "cross-host", timeout=1800)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        run = json.loads((tmp_path / "cross" / "loadtest.json").read_text())
+        rows = {(row["source"], row["instance"]): row for row in run["cross_host"]}
+        print(f"cross-host rows: {rows}")
+        assert set(rows) == {(f"{HOST}/main", f"{peer}/main"), (f"{peer}/main", f"{HOST}/main")}, run
+        for row in rows.values():
+            assert row["storage_hit_tokens"] > 0 and row["hit_tokens"].get("lmcache_l2", 0) > 0, row
+            assert row["cross_host_ttft_ms_p50"] < row["cold_ttft_ms_p50"], row
+        assert "On another host" in (tmp_path / "cross" / "loadtest.html").read_text()
+    finally:  # the peer's engine would only take CPU from the tests after this one
+        ssh(*peer_addr, f"systemctl stop {VLLM} {SERVER}", timeout=120)
 
 
 def test_validate_passes_every_engine_check_and_the_engine_round_trip(engine, tmp_path):

@@ -142,6 +142,7 @@ def rendered(tmp_path_factory) -> Path:
     inv = yaml.safe_load((ROOT / "inventory/lab-engine.yml").read_text())
     group = inv["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]["vars"]
     group.update(kvprov_engine_evict_max_bytes=GIB, kvprov_engine_evict_interval_s=60,
+                 kvprov_engine_storage_sharing="instance",  # a directory per instance, an evictor each
                  kvprov_engine_instances=[{"name": "main", "port": 8000}, {"name": "b", "port": 8001}])
     path = tmp_path_factory.mktemp("inv") / "lab-engine.yml"
     path.write_text(yaml.safe_dump(inv))
@@ -154,11 +155,14 @@ def evictor_files(host: Path) -> list[str]:
 
 
 def test_the_evictor_goes_where_the_tier_never_deletes(rendered):
-    assert evictor_files(rendered / "gpu-c01.corp.example.com") == [  # vllm_offload's fs tier, two instances
-        f"{UNITS}/kvprov-evict-gpu0-3.service", f"{UNITS}/kvprov-evict-gpu0-3.timer",
-        f"{UNITS}/kvprov-evict-gpu4-7.service", f"{UNITS}/kvprov-evict-gpu4-7.timer", "usr/local/sbin/kvprov-evict"]
-    for host in ("gpu-c02.corp.example.com", "gpu-c03.corp.example.com", "gpu-c04.corp.example.com"):
-        assert evictor_files(rendered / host) == [], host  # NIXL pools (fixed size), no tier
+    # vllm_offload's fs tier, LMCache MP's fs_native L2, the in-process fs tier: one evictor per
+    # namespace on each host (two instances of gpu-c01 share one; the lease lets one host at a time work)
+    for host in ("gpu-c01", "gpu-c00", "gpu-c02", "gpu-c03"):
+        assert evictor_files(rendered / f"{host}.corp.example.com") == [
+            f"{UNITS}/kvprov-evict-gpu0-3.service", f"{UNITS}/kvprov-evict-gpu0-3.timer",
+            "usr/local/sbin/kvprov-evict"], host
+    assert evictor_files(rendered / "gpu-a01.corp.example.com") == []  # SGLang: its own L3 cleaner
+    assert evictor_files(rendered / "gpu-c04.corp.example.com") == []  # no tier
 
 
 def test_each_instance_gets_its_own_evictor_with_its_marks(rendered):

@@ -113,7 +113,8 @@ MUTATIONS = {
                    ("--supported-transfer-mode", "auto", "automatic"), "invalid choice: 'automatic'"),
     "lmcache_inproc": ("lmcache_inproc_nodes", {"kvprov_lmcache_inproc_config": {"remote_url": "fs:///kv"}},
                        "gpu-c03.corp.example.com/lmcache-gpu0-3.yaml",
-                       ("text", "chunk_size: 1024", "chunk_size: 1024\nremote_url: fs:///kv"), "missing host"),
+                       ("text", "remote_url: fs://localhost:0/mnt/kvcache/kv/lmcache_inproc/models-Qwen3-8B",
+                        "remote_url: fs:///kv"), "missing host"),
 }
 
 

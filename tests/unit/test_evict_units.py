@@ -45,6 +45,7 @@ def evictors(host: Path) -> list[str]:
 
 def test_instances_sharing_a_directory_share_one_evictor(tmp_path):
     inv = lab_engine(tmp_path, kvprov_engine="vllm_offload", kvprov_engine_evict_keep_minutes=15,
+                     kvprov_engine_storage_sharing="instance",  # c: a directory of its own
                      kvprov_engine_instances=[
                          {"name": "a", "port": 8000, "storage_dir": "/srv/kvcache/kv/vllm/m"},
                          {"name": "b", "port": 8001, "storage_dir": "/srv/kvcache/kv/vllm/m/"},  # the same, spelt apart

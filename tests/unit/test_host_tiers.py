@@ -118,9 +118,9 @@ def test_kvprov_check_names_the_file_and_line_and_the_example_holds_its_dram(tmp
     example = ROOT / "inventory/example.yml"
     _, found = check.run(str(example))
     assert not [p for p in found if "smaller than the DRAM tier" in p.message]
-    # the example as the review found it: 256 chunks a worker, a tenth of its 100 GiB DRAM tier
-    text = re.sub(r"kvprov_lmcache_inproc_nixl_pool_size: \d+.*", "kvprov_lmcache_inproc_nixl_pool_size: 256",
-                  example.read_text())
+    # the example as the review found it: a NIXL pool of 256 chunks a worker, a tenth of its 100 GiB DRAM tier
+    text = re.sub(r"kvprov_lmcache_inproc_tier: fs .*", "kvprov_lmcache_inproc_tier: nixl\n"
+                  "                kvprov_lmcache_inproc_nixl_pool_size: 256", example.read_text())
     (tmp_path / "example.yml").write_text(text)
     _, found = check.run(str(tmp_path / "example.yml"))
     [p] = [p for p in found if "smaller than the DRAM tier" in p.message]

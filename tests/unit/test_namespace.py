@@ -51,7 +51,7 @@ def test_the_engine_role_renders_the_namespace_kvprov_check_computes(tmp_path):
         if m:
             roots.setdefault(m.group(1), set()).add(unit.parts[-5])
     assert roots == {namespace.namespace_dir("/mnt/kvcache", "vllm_offload", "models-Qwen3-8B"):
-                     {"gpu-c01.corp.example.com", "gpu-c05.corp.example.com"}}
+                     {"gpu-c01.corp.example.com", "gpu-c00.corp.example.com"}}
     [mp] = out.glob("gpu-c02*/etc/systemd/system/kvprov-lmcache-gpu0-3.service")
     adapter = json.loads(re.search(r"--l2-adapter '([^']+)'", mp.read_text()).group(1))
     assert adapter["type"] == "fs_native" and adapter["base_path"] == "/mnt/kvcache/kv/lmcache_mp/models-Qwen3-8B"
