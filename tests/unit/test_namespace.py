@@ -31,10 +31,43 @@ def dirs_of(values: dict) -> list[str]:
     ({**NFS, "kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l2_type": "nixl_store"}, "/mnt/kvcache/h1/main"),
     ({**NFS, "kvprov_engine": "lmcache_inproc"}, "/mnt/kvcache/kv/lmcache_inproc/Qwen-Qwen3-8B"),  # fs
     ({**NFS, "kvprov_engine": "lmcache_inproc", "kvprov_lmcache_inproc_tier": "nixl"}, "/mnt/kvcache/h1/main"),
+    ({**NFS, "kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l2_type": "nixl_store_dynamic"},
+     "/mnt/kvcache/h1/main"),  # its shutdown deletes every *.tmp.* file of the directory
     (NFS, "/mnt/kvcache/h1/main"),  # SGLang's NIXL backend: clear() deletes its directory
 ])
 def test_where_each_engine_keeps_its_tier(values, expected):
     assert dirs_of(values) == [expected]
+
+
+COMBOS = [{"kvprov_engine": "vllm_offload", "kvprov_vllm_offload_cpu_bytes_to_use": 10**9},
+          {"kvprov_engine": "vllm_offload", "kvprov_vllm_offload_cpu_bytes_to_use": 10**9,
+           "kvprov_engine_storage_sharing": "instance"},
+          {"kvprov_engine": "vllm_offload", "kvprov_vllm_offload_cpu_bytes_to_use": 10**9,
+           "kvprov_engine_namespace": "team-a"},
+          *({"kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l2_type": t, "kvprov_lmcache_mp_nixl_pool_size": 2000,
+             "kvprov_engine_namespace": f"l2-{t}"}  # the L2 type keys the files: a namespace each
+            for t in ("fs_native", "fs", "nixl_store", "nixl_store_dynamic")),
+          *({"kvprov_engine": "lmcache_inproc", "kvprov_lmcache_inproc_tier": t} for t in ("fs", "nixl", "local_disk")),
+          {"kvprov_engine": "sglang_hicache"}]
+
+
+def test_the_engine_roles_storage_dirs_are_kvprov_checks(tmp_path):
+    """One source of truth: the storage directory the engine role derives in Jinja (the desired
+    state deploy writes) is the one kvprov/namespace.py gives check, for every engine and tier."""
+    import yaml
+
+    from kvprov import desired
+
+    hosts = {f"h{i}": {**combo, "kvprov_engine_model_path": "/models/Qwen3-8B"} for i, combo in enumerate(COMBOS)}
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"vars": {"kvprov_storage_server": "10.0.0.5"},
+                                                                       "hosts": hosts}}}}))
+    states = desired.load(str(inv), None)
+    for name, values in hosts.items():
+        jinja = [i["storage_dir"] for i in states[name]["engine"]["instances"]]
+        view = check.HostView(check.host_from_values(name, {**NFS, **values}, check.inventory.read_role_defaults(
+            check.inventory.roles_dir())), check.read_specs(check.inventory.roles_dir()))
+        assert jinja == [d.path for d in check.storage_dirs(view)], (name, values)
 
 
 def test_the_engine_role_renders_the_namespace_kvprov_check_computes(tmp_path):
