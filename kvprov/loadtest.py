@@ -690,12 +690,16 @@ def cross_host_pairs(endpoints: list[Endpoint]) -> tuple[list[tuple[Endpoint, En
             continue
         group = [e for e in live if e.storage_dir == a.storage_dir and e.engine == a.engine]
         others = [e for e in group[group.index(a) + 1:] + group[:group.index(a)] if e.host != a.host]
-        if not others:
+        down = [e for e in endpoints if e.problem and e.host != a.host and e.storage_dir == a.storage_dir]
+        if not others and down:
+            why[a.name] = ("the other hosts' instances of its namespace could not be measured: "
+                           + "; ".join(f"{e.name}: {e.problem}" for e in down))
+        elif not others:
             why[a.name] = (f"no other host's instance uses its storage directory {a.storage_dir}: the namespace is "
                            "not shared (kvprov_engine_storage_sharing instance, a storage_dir of its own, or an "
                            "engine tier that is per instance), or the other hosts are not in this run")
-            continue
-        pairs.append((a, others[0]))
+        else:
+            pairs.append((a, others[0]))
     return pairs, why
 
 
@@ -824,7 +828,7 @@ def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, To
     live = [ep for ep in endpoints if not ep.problem]
     unpaired: dict[str, str] = {}
     if pairs is None:  # with s.cross_host: every instance's on the next host of its namespace
-        pairs, unpaired = cross_host_pairs(live) if s.cross_host else ([], {})
+        pairs, unpaired = cross_host_pairs(endpoints) if s.cross_host else ([], {})
     total = (len(live) * (2 if s.replay else 1) + len(pairs)) * len(s.prompt_tokens) * s.turns
     result = {"points": [], "planned_points": total, "stopped": None, "cross_host_skipped": unpaired}
     done = [0]

@@ -58,14 +58,14 @@ def http(path, body=None, port=8000, timeout=120, key=API_KEY, status=200):
     return r.stdout
 
 
-def wait_healthy(deadline=300):
+def wait_healthy(deadline=300, addr=ADDR):
     end = time.monotonic() + deadline
     while time.monotonic() < end:
-        if ssh(*ADDR, "python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:8000/health', timeout=5)\"",
+        if ssh(*addr, "python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:8000/health', timeout=5)\"",
                timeout=30).returncode == 0:
             return
         time.sleep(5)
-    raise AssertionError(f"{VLLM} not healthy after {deadline}s:\n" + ssh(*ADDR, f"journalctl -u {VLLM} -u {SERVER} "
+    raise AssertionError(f"{VLLM} not healthy after {deadline}s:\n" + ssh(*addr, f"journalctl -u {VLLM} -u {SERVER} "
                                                                          "-n 60 --no-pager", timeout=30).stdout)
 
 
@@ -178,6 +178,7 @@ def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_name
         r = kvprov("deploy", str(inv), "--limit", peer, timeout=1800)
         assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
         assert ssh(*peer_addr, f"stat -c %U {INST_DIR}", timeout=30).stdout.strip() == "kvprov-engine"
+        wait_healthy(addr=peer_addr)
         r = kvprov("loadtest", str(inv), "--cross-host", "--prompt-tokens", "1024", "--turns", "1", "--users", "1",
                    "--output-tokens", "4", "--out", str(tmp_path / "cross"), "--label", "cross-host", timeout=1800)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -191,6 +192,31 @@ def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_name
         assert "On another host" in (tmp_path / "cross" / "loadtest.html").read_text()
     finally:  # the peer's engine would only take CPU from the tests after this one
         ssh(*peer_addr, f"systemctl stop {VLLM} {SERVER}", timeout=120)
+
+
+def test_two_hosts_evictors_on_one_namespace_take_turns_keep_recent_files_and_meet_the_quota(engine):
+    """kvprov-evict as deployed on both containers (the engine user, uid 2001 on each), started at
+    one instant on a directory both see: never both at once (the lease), nothing read within the
+    guard time removed, the directory under its quota's low mark (tests/lab/evict_lab.py)."""
+    from tests.lab.evict_lab import contend
+
+    def on(addr):
+        def run(command):
+            r = ssh(*addr, command, timeout=600)
+            return r.returncode, r.stdout, r.stderr
+        return run
+
+    directory = f"{topology.CONTAINER_KV}/kv/evict-lab"
+    sh(f"install -d -o kvprov-engine -g kvprov-engine -m 0750 {directory}")
+    try:
+        r = contend(on(ADDR), on((f"10.98.{PEER}.2", 22)), directory)
+    finally:
+        sh(f"rm -rf {directory}")
+    print({k: v for k, v in r.items() if k not in ("a", "b")})
+    assert r["a"]["rc"] == 0 and r["b"]["rc"] == 0, r
+    assert not r["overlap"] and r["contended"], r
+    assert r["recent_kept"] == r["recent"] and len(r["recent"]) == 3, r
+    assert r["under_quota"] and r["removed_total"] == r["removed_said"] > 0, r
 
 
 def test_validate_passes_every_engine_check_and_the_engine_round_trip(engine, tmp_path):

@@ -25,6 +25,10 @@ def test_each_instance_goes_to_the_next_host_of_its_namespace_and_the_others_are
     assert why["c/main"].startswith("no other host's instance uses its storage directory /kv/c/main")
     assert why["d/main"] == "engine vllm_baseline keeps no KV files on the volume"
     assert "e/main" not in why  # a down endpoint is reported as such, not here
+    # the only other host of a namespace is down: said so, with its reason
+    _, why = lt.cross_host_pairs([ep("a/main"), ep("b/main", problem="not reachable: Connection refused")])
+    assert why == {"a/main": "the other hosts' instances of its namespace could not be measured: b/main: not "
+                             "reachable: Connection refused"}
     # another engine in the same directory is no partner (check refuses that inventory anyway)
     assert lt.cross_host_pairs([ep("a/main"), ep("b/main", engine="vllm_offload")])[0] == []
 
