@@ -1262,8 +1262,7 @@ def _sharing(h: HostView) -> list[Problem]:
     engine = h.get("kvprov_engine") or "sglang_hicache"
     if h.get("kvprov_engine_storage_sharing") != "namespace" or engine in TIERLESS_ENGINES:
         return []
-    reason = (namespace.per_instance_reason(engine, h.get) if engine in namespace.KEYING else
-              namespace.PER_INSTANCE[("sglang_hicache", None)] if engine == "sglang_hicache" else None)
+    reason = namespace.per_instance_reason(engine, h.get)
     if reason is None:
         return []
     return [h.problem("kvprov_engine_storage_sharing", f"namespace: this engine's tier cannot be shared: {reason}; "

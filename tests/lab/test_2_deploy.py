@@ -90,6 +90,46 @@ def test_kv_mount_is_rdma_with_a_pnfs_layout_after_a_nixl_write(deployed):
         "enabled"] * 3
 
 
+# The NFS half of the shared tier (the engines' half: tests/lab/test_5_engine.py, on a directory
+# the containers share, as the host kernel has no NFS client). On kvlab-gpu1: the export mounted
+# twice more with kvprov's own options as mounted (the `reader`) and with lookupcache=all (the
+# kernel's default: `stale`), each with nosharecache (its own superblock, dentry and attribute
+# caches: what a second client host has). The reader and `stale` look the names up before they
+# exist (the miss an engine makes for a prefix nobody stored yet), kvprov's mount writes them,
+# and at once: the reader opens and reads the same bytes, `stale` still misses them. Two client
+# VMs measured over time: benchmarks/visibility.py.
+XHOST = """
+set -euo pipefail
+unit=/etc/systemd/system/mnt-kvcache.mount
+opts=$(sed -n 's/^Options=//p' $unit); src=$(sed -n 's/^What=//p' $unit)
+case ",$opts," in *,lookupcache=positive,*) ;; *) echo "kvprov's options have no lookupcache=positive: $opts"; exit 3;; esac
+stale_opts=$(echo "$opts" | sed 's/lookupcache=positive/lookupcache=all/')
+mkdir -p /mnt/kvprov-xhost/reader /mnt/kvprov-xhost/stale
+mount -t nfs4 -o "$opts,nosharecache" "$src" /mnt/kvprov-xhost/reader
+mount -t nfs4 -o "$stale_opts,nosharecache" "$src" /mnt/kvprov-xhost/stale
+trap 'umount /mnt/kvprov-xhost/reader /mnt/kvprov-xhost/stale; rmdir /mnt/kvprov-xhost/reader /mnt/kvprov-xhost/stale /mnt/kvprov-xhost' EXIT
+d=kv/xhost-test; mkdir -p {mnt}/$d
+ls /mnt/kvprov-xhost/reader/$d /mnt/kvprov-xhost/stale/$d >/dev/null
+for m in reader stale; do test ! -e /mnt/kvprov-xhost/$m/$d/page.bin; done   # the miss, cached where it may be
+head -c 1048576 /dev/urandom > {mnt}/$d/page.bin; sync {mnt}/$d/page.bin
+want=$(sha256sum < {mnt}/$d/page.bin | cut -d' ' -f1)
+got=$(sha256sum < /mnt/kvprov-xhost/reader/$d/page.bin | cut -d' ' -f1 || echo missing)
+stale=$(test -e /mnt/kvprov-xhost/stale/$d/page.bin && echo seen || echo missing)
+rm -rf {mnt}/$d
+grep -E " /mnt/kvprov-xhost/reader " /proc/mounts | tr ' ' '\n' | sed -n 4p
+echo "$want" "$got" "$stale"
+"""
+
+
+def test_a_file_one_client_writes_is_found_at_once_by_another_with_kvprovs_options(deployed):
+    options, result = sh(GPU1, XHOST.format(mnt=MNT)).strip().splitlines()
+    opts = dict(o.partition("=")[::2] for o in options.split(","))
+    assert (opts["proto"], opts["lookupcache"], opts["vers"]) == ("rdma", "pos", "4.1"), options
+    want, got, stale = result.split()
+    assert got == want, "the second client did not read the bytes the first wrote"
+    assert stale == "missing", "lookupcache=all should have hidden the new file (the control)"
+
+
 def test_nixl_config_unit_and_storage_dir_are_in_place(deployed):
     toml = tomllib.loads(sh(GPU1, "cat /etc/kvprov/nixl_backend_config.toml"))
     # SGLang's NIXL L3 cleaner set explicitly: no kvprov evictor for sglang_hicache (evict auto), so

@@ -98,3 +98,26 @@ def test_the_report_shows_the_cross_host_rows_and_the_first_turn_panel(tmp_path)
     assert "no other host&#x27;s instance uses its storage directory" in page or "no other host's instance" in page
     assert (tmp_path / "loadtest.png").stat().st_size > 10_000 and json.loads((tmp_path / "loadtest.json").read_text())
     assert len(paths) == 3
+
+
+def test_validate_engine_roundtrip_adds_the_cross_host_form_per_pair(standins, monkeypatch):  # noqa: F811
+    """validate --engine-roundtrip on two hosts of one namespace: each instance's own round trip,
+    then each one's prefix on the other host, restarted first; judged by the storage hits (the
+    stand-in counts a repeated prompt as partly from L2, so its own round trips pass; it never
+    saw the other host's prompt, so the cross-host ones fail, with the reason)."""
+    sa, sb = standins(), standins()
+    a, b = ep("a/main"), ep("b/main")
+    a.url, b.url = sa.url, sb.url
+    a.metrics_urls, b.metrics_urls = [sa.url + "/metrics"], [sb.url + "/metrics"]
+    monkeypatch.setattr(lt, "load_inventory_endpoints", lambda *args: [a, b])
+    restarts = []
+    monkeypatch.setattr(lt, "restart_engine", lambda sources, e, *t: restarts.append(e.name))
+    results = lt.roundtrip(["inv.yml"], None)
+    assert [(r.id, r.host, r.status) for r in results] == [
+        ("engine.main.roundtrip", "a", "pass"), ("engine.main.roundtrip", "b", "pass"),
+        ("engine.main.cross_host", "b", "fail"), ("engine.main.cross_host", "a", "fail")]
+    assert restarts == ["a/main", "b/main", "b/main", "a/main"]  # own round trips, then the target of each pair
+    assert results[2].found.startswith("no prompt token came from the storage tier: b/main did not find what "
+                                       "a/main stored")
+    warmup_a = next(p for p in sa.prompts if p[0] == "Conversation")  # (the first POSTs: the API probes)
+    assert warmup_a in sb.prompts  # b was sent a's warm-up conversation (after its restart)
