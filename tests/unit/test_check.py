@@ -106,7 +106,8 @@ def test_good_inventories_pass(path):
     assert problems_of(path) == []
     r = kvprov("check", rel(path))
     assert r.returncode == EXIT_OK, r.stdout + r.stderr
-    assert r.stdout.splitlines() == [f"{rel(path)}: 8 host(s) checked, 0 error(s), 0 warning(s): OK"]
+    hosts = len(inventory.load(str(path)).hosts)
+    assert hosts >= 8 and r.stdout.splitlines() == [f"{rel(path)}: {hosts} host(s) checked, 0 error(s), 0 warning(s): OK"]
 
 
 def test_production_example_is_what_it_claims():
@@ -260,7 +261,7 @@ def test_json_output(tmp_path):
                     "variable": "kvprov_storage_nfs_port", "severity": "error", "column": None,
                     "message": 'expected an integer, got the string "20049": write 20049 without quotes'}
     good = json.loads(kvprov("check", rel(GOOD[0]), "--json").stdout)
-    assert good["ok"] is True and good["problems"] == [] and len(good["hosts"]) == 8
+    assert good["ok"] is True and good["problems"] == [] and good["hosts"] == inventory.load(str(GOOD[0])).host_names
 
 
 def test_unusable_inventories_exit_2_with_one_line(tmp_path):
