@@ -14,8 +14,6 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-SHARING_CHOICES = ("auto", "namespace", "instance")
-
 # Why a tier cannot be shared (engine, tier) -> reason; a tier not named here can be.
 PER_INSTANCE = {
     ("sglang_hicache", None): (
