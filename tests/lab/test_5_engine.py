@@ -235,12 +235,13 @@ def test_validate_passes_every_engine_check_and_the_engine_round_trip(engine, tm
 def test_validate_catches_an_unwritable_l2_directory(engine, tmp_path):
     inv, _ = engine
     sh(f"chown root:root {INST_DIR} && chmod 0700 {INST_DIR}")
-    r, results = validate(inv, tmp_path, "--engine-roundtrip")
+    # Without --engine-roundtrip: its restart would not come back (LMCache's fs L2 cannot create its
+    # temporary directory in the namespace at start), and would wait out the restart timeout. The
+    # round trip's "stored nothing" reason is a unit test (test_loadtest.py).
+    r, results = validate(inv, tmp_path)
     found = results["engine.main.storage_dir"]
     assert r.returncode == 1 and found["status"] == "fail"
     assert f"is not writable by kvprov-engine" in found["found"] and "chown kvprov-engine" in found["fix"]
-    roundtrip = results["engine.main.roundtrip"]  # the warm-up could store nothing: nothing to serve after a restart
-    assert roundtrip["status"] == "fail" and "stored nothing in the storage tier" in roundtrip["found"], roundtrip
     r = kvprov("deploy", str(inv), "--tags", "engine", timeout=900)
     assert r.returncode == 0 and sh(f"stat -c '%U %a' {INST_DIR}").split() == ["kvprov-engine", "750"]
 

@@ -68,7 +68,8 @@ def test_the_evictor_keeps_the_directory_under_its_mark_oldest_first_and_follows
     group["vars"] = {k: v for k, v in group["vars"].items() if not k.startswith("kvprov_lmcache_mp_")}
     group["vars"].update({"kvprov_engine": "vllm_offload", "kvprov_engine_install": False,
                           "kvprov_vllm_offload_cpu_bytes_to_use": 1073741824, "kvprov_vllm_offload_block_size": 128,
-                          "kvprov_engine_evict_max_bytes": LIMIT})
+                          "kvprov_engine_evict_max_bytes": LIMIT,
+                          "kvprov_engine_storage_sharing": "instance"})  # the directory of one instance
     inv = tmp_path / "capacity.yml"
     inv.write_text(yaml.safe_dump(data, sort_keys=False))
     r = kvprov("deploy", str(inv), "--tags", "engine", timeout=600)
