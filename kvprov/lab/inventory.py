@@ -7,6 +7,8 @@ started to <lab home>/run/inventory.yml.
 
 from __future__ import annotations
 
+import copy
+
 from kvprov.lab import topology
 
 HEADER = """\
@@ -96,7 +98,7 @@ def build_engine(index: int = 1, *more: int) -> dict:
     ENGINE_VARS, all of them on one shared namespace."""
     hosts = topology.Topology(containers=max((index, *more))).container_hosts
     return {"all": {"vars": _connection(), "children": {"gpu_nodes": {"children": {"lab_engine": {
-        "vars": ENGINE_VARS, "hosts": {hosts[i - 1].name: {"ansible_host": hosts[i - 1].ip} for i in (index, *more)}}}}}}}
+        "vars": copy.deepcopy(ENGINE_VARS), "hosts": {hosts[i - 1].name: {"ansible_host": hosts[i - 1].ip} for i in (index, *more)}}}}}}}
 
 
 def render_engine(index: int = 1) -> str:

@@ -44,3 +44,11 @@ def test_every_lab_gpu_vm_mounts_from_the_storage_vm():
     served, orphans = systems.assign(systems.clients(inv), {storage.name: storage.data_addresses})
     assert orphans == [] and [c.host for c in served["kvlab-storage"]] == ["kvlab-gpu1"]
     assert served["kvlab-storage"][0].layout == "block" and served["kvlab-storage"][0].rdma
+
+
+def test_a_changed_engine_inventory_leaves_the_next_one_as_generated():
+    """Tests change the returned inventory's variables (API key, listen address): never the module's."""
+    data = inventory.build_engine(1)
+    data["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]["vars"]["kvprov_engine_host"] = "0.0.0.0"
+    data["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]["vars"]["kvprov_engine_pip_remove"].append("x")
+    assert (ROOT / "inventory/lab-engine.yml").read_text() == inventory.render_engine(1)
