@@ -75,8 +75,9 @@ CONTAINER_KV = "/srv/kvcache"  # the containers' KV directory (the `local` stora
 def shared_kv_dir() -> Path:
     """The one directory every lab container has at CONTAINER_KV, read-write: a volume all of them
     share, as a NetApp volume is shared by every GPU host (the host kernel has no NFS client, so
-    the containers cannot mount the storage VM's export; the NFS half is proven on the VMs)."""
-    return lab_home() / "shared-kv"
+    the containers cannot mount the storage VM's export; the NFS half is proven on the VMs). In the
+    run directory: each `lab up` starts it empty, `lab down` removes it with the rest of the lab."""
+    return run_dir() / "shared-kv"
 
 
 @dataclass(frozen=True)
