@@ -46,7 +46,7 @@ import random
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -661,6 +661,12 @@ class Settings:
 STORAGE_SOURCES = ("lmcache_l2", "vllm_cached_disk", "sglang_storage")
 
 
+def _storage_hits(point: dict) -> dict:
+    """A point's hits per source, and the prompt tokens the storage tier served."""
+    hits = (point["cache"] or {}).get("hit_tokens", {})
+    return {"storage_hit_tokens": sum(hits.get(s, 0.0) for s in STORAGE_SOURCES), "hit_tokens": hits}
+
+
 def replay_rows(points: list[dict]) -> list[dict]:
     """Per endpoint and prompt length: the cold run's first turn against the replay's first
     turn after the restart (GPU and host tiers empty), and what the storage tier served."""
@@ -670,10 +676,8 @@ def replay_rows(points: list[dict]) -> list[dict]:
         if p["phase"] != "replay" or p["turn"] != 1 or (p["instance"], p["prompt_tokens"]) not in cold:
             continue
         c = cold[p["instance"], p["prompt_tokens"]]
-        hits = (p["cache"] or {}).get("hit_tokens", {})
-        rows.append({"instance": p["instance"], "prompt_tokens": p["prompt_tokens"],
-                     "storage_hit_tokens": sum(hits.get(s, 0.0) for s in STORAGE_SOURCES),
-                     "hit_tokens": hits, "cold_ttft_ms_p50": c["ttft_ms"]["p50"],
+        rows.append({"instance": p["instance"], "prompt_tokens": p["prompt_tokens"], **_storage_hits(p),
+                     "cold_ttft_ms_p50": c["ttft_ms"]["p50"],
                      "replay_ttft_ms_p50": p["ttft_ms"]["p50"]})
     return rows
 
@@ -712,10 +716,9 @@ def cross_host_rows(points: list[dict]) -> list[dict]:
     for p in points:
         if p["phase"] != "cross_host" or p["turn"] != 1:
             continue
-        hits = (p["cache"] or {}).get("hit_tokens", {})
         own, src = cold.get((p["instance"], p["prompt_tokens"])), cold.get((p.get("source"), p["prompt_tokens"]))
         rows.append({"instance": p["instance"], "source": p.get("source"), "prompt_tokens": p["prompt_tokens"],
-                     "storage_hit_tokens": sum(hits.get(s, 0.0) for s in STORAGE_SOURCES), "hit_tokens": hits,
+                     **_storage_hits(p),
                      "cold_ttft_ms_p50": own["ttft_ms"]["p50"] if own else None,
                      "source_cold_ttft_ms_p50": src["ttft_ms"]["p50"] if src else None,
                      "cross_host_ttft_ms_p50": p["ttft_ms"]["p50"]})
@@ -1066,9 +1069,9 @@ def roundtrip(sources: list[str], limit: str | None) -> list:
                          lambda e: restart_engine(sources, e, ROUNDTRIP.restart_timeout, 30))["points"]
         results.append(roundtrip_result(ep, points))
     pairs, _ = cross_host_pairs([e for e in eps if e.engine not in TIERLESS_ENGINES])
+    cross = replace(ROUNDTRIP, replay=False, cross_host=True)
     for a, b in pairs:
         _progress(f"{a.name} -> {b.name}: cross-host round trip (restart {b.name}, then {a.name}'s prefix there)")
-        cross = Settings(**{**ROUNDTRIP.__dict__, "replay": False, "cross_host": True})
         points = run([a, b], cross, _progress, {e.name: TokenCounter(e.model_path) for e in (a, b)},
                      lambda e: restart_engine(sources, e, cross.restart_timeout, 30), [(a, b)])["points"]
         results.append(cross_host_result(a, b, points))
