@@ -11,8 +11,10 @@ Read-only, four collections of the SVM (ONTAP 9.10.1 or later for NFS over RDMA)
 - GET /api/protocols/nfs/export-policies: name, id, rules (clients[].match, protocols,
   ro_rule, rw_rule, superuser), in index order.
 Each with `svm.name` and `fields`; collections are followed through `_links.next`.
-HTTPS with the certificate verified (kvprov_storage_ca_bundle, else the system's CAs), HTTP
-basic authentication from the credentials file, a timeout on every request.
+HTTPS with the certificate verified (kvprov_storage_ca_bundle, else the system's CAs; off only
+with kvprov_storage_validate_certs: false), HTTP basic authentication from the credentials file,
+a timeout on every request. Redirects are never followed (a redirect is an error naming where
+it pointed): the credentials go to the management address over HTTPS and nowhere else.
 """
 
 from __future__ import annotations
@@ -58,6 +60,14 @@ def _host(address: str) -> str:
     return f"[{address}]" if ":" in address and not address.startswith("[") else address
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: urllib would resend the Authorization header to wherever the
+    Location points (another host, plain http). The 3xx reaches `Api._get` as an HTTPError."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
 class Api:
     """GET requests to one cluster's REST API."""
 
@@ -69,7 +79,7 @@ class Api:
         if not system.validate_certs:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect())
         token = base64.b64encode(f"{creds.username}:{creds.password}".encode()).decode()
         self.headers = {"Authorization": f"Basic {token}", "Accept": "application/json"}
         self.username = creds.username
@@ -86,6 +96,8 @@ class Api:
         return out
 
     def _get(self, url: str, path: str) -> dict:
+        if not url.startswith(self.base + "/"):  # the credentials go to the management address only
+            raise ApiError(f"{self.base}{path}: refusing to send the credentials to {url}")
         request = urllib.request.Request(url, headers=self.headers)
         try:
             with self.opener.open(request, timeout=self.timeout) as response:
@@ -122,6 +134,11 @@ class Api:
                     "role that includes this path (docs/storage-check.md)")
         if e.code == 404:
             return f"{self.base}{path}: not found{said} (ONTAP 9.10.1 or later is needed)"
+        if 300 <= e.code < 400:
+            where = (e.headers.get("Location") if e.headers else None) or "no Location"
+            return (f"{self.base}{path}: HTTP {e.code} redirect to {where}: not followed (the credentials go to "
+                    "the management address only): set ansible_host and kvprov_storage_api_port to the cluster's "
+                    "HTTPS management address")
         return f"{self.base}{path}: HTTP {e.code} {e.reason}{said}"
 
     def _url_error(self, reason: Any) -> ApiError:
