@@ -3,9 +3,11 @@ DIR/<host>/ (docs/bundle.md), one module call per host (playbooks/collect.yml)."
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import posixpath
+import stat
 import sys
 from pathlib import Path
 
@@ -16,9 +18,10 @@ CAPTURE_TASK = "Capture the live state"
 
 
 def _safe_name(name: str) -> str | None:
-    """A bundle-relative name as the collector sent it, or None if it would leave the bundle."""
+    """A bundle-relative name as the collector sent it, or None if it would leave the bundle
+    (absolute, '..', '.', a NUL, a name that is not already normal)."""
     norm = posixpath.normpath(name)
-    if not name or norm.startswith(("/", "..")) or norm != name.rstrip("/"):
+    if not name or "\0" in name or norm == "." or norm.startswith(("/", "..")) or norm != name.rstrip("/"):
         return None
     return norm
 
@@ -34,24 +37,71 @@ def bundle_files(captured: dict) -> dict:
     return files
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open_dir(parent: int, name: str, shown: Path) -> int:
+    """Directory `name` of the directory open at `parent`, made 0700 if missing, opened without
+    following a link (OSError ELOOP/ENOTDIR for a link or a file planted there)."""
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent)
+    except FileExistsError:
+        pass
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise OSError(e.errno, "a symbolic link or not a directory: nothing is written through it", str(shown)) \
+                from None
+        raise
+
+
+def _write_file(parent: int, name: str, text: str, shown: Path) -> None:
+    """A private (0600) file `name` in the directory open at `parent`, never through a link: a
+    symbolic link there fails (ELOOP), so does anything but a regular file with one link."""
+    fd = os.open(name, _FILE_FLAGS, 0o600, dir_fd=parent)
+    with os.fdopen(fd, "w") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            raise OSError(errno.EEXIST, "not a regular file of its own (a hard link, a device, a FIFO): "
+                          "nothing is written to it", str(shown))
+        os.ftruncate(fd, 0)
+        os.fchmod(fd, 0o600)
+        fh.write(text)
+
+
 def write_bundle(root: Path, files: dict) -> list[str]:
-    """Write one host's captured files under root; return the names written."""
-    written = []
-    for name, text in sorted(files.items()):
-        rel = _safe_name(str(name))
-        if rel is None or not isinstance(text, str):
-            continue
-        path = root / rel
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for d in reversed(Path(rel).parents[:-1]):  # each directory 0700 (mkdir's parents would be 0755)
-            (root / d).mkdir(mode=0o700, exist_ok=True)
-        # a capture holds the host's configuration: readable by its owner only, never through a link
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            os.fchmod(fh.fileno(), 0o600)
-            fh.write(text)
-        written.append(rel)
-    return written
+    """Write one host's captured files under root (DIR/<host>); return the names written.
+
+    Only root's parent (the --out directory the user gave) is opened by path; root and every
+    directory and file below it are opened relative to their directory's descriptor without
+    following links (a link planted at DIR/<host>, DIR/<host>/files ... raises OSError and
+    nothing is written through it). A capture holds the host's configuration: directories
+    0700, files 0600. Names that would leave the bundle are dropped."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    base = os.open(root.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    dirs: dict[str, int] = {}  # bundle-relative directory ("" is root) -> its descriptor
+    try:
+        dirs[""] = _open_dir(base, root.name, root)
+        written = []
+        for name, text in sorted(files.items()):
+            rel = _safe_name(str(name))
+            if rel is None or not isinstance(text, str):
+                continue
+            parts = rel.split("/")
+            here = ""
+            for part in parts[:-1]:
+                below = f"{here}/{part}" if here else part
+                if below not in dirs:
+                    dirs[below] = _open_dir(dirs[here], part, root / below)
+                here = below
+            _write_file(dirs[here], parts[-1], text, root / rel)
+            written.append(rel)
+        return written
+    finally:
+        for fd in [base, *dirs.values()]:
+            os.close(fd)
 
 
 def collect(sources: str | list[str], out: Path, limit: str | None = None, stream=None, *,
@@ -61,7 +111,13 @@ def collect(sources: str | list[str], out: Path, limit: str | None = None, strea
                         extravars={"kvprov_version": __version__, "kvprov_collect_timeout": timeout},
                         limit=limit, stream=stream or sys.stderr, capture=CAPTURE_TASK)
     for host, res in result.captured.items():
-        write_bundle(out / host, bundle_files(res))
+        if _safe_name(host) != host or "/" in host:
+            raise KvprovError(f"host name {host!r} cannot name a directory under --out {out}", EXIT_USAGE)
+        try:
+            write_bundle(out / host, bundle_files(res))
+        except OSError as e:
+            raise KvprovError(f"cannot write the bundle of {host} under --out {out}: "
+                              f"{e.filename or out / host}: {e.strerror or e}", EXIT_USAGE) from None
     return result
 
 
