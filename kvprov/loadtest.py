@@ -55,6 +55,7 @@ from kvprov import inventory
 from kvprov.bench_worker import percentiles, rounded
 from kvprov.check import TIERLESS_ENGINES
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_USAGE, KvprovError
+from kvprov.textsafe import printable
 
 FORMAT = 1
 INTERRUPTED = 130
@@ -371,12 +372,13 @@ class Client:
         except (OSError, http.client.HTTPException) as e:
             raise EndpointError(f"not reachable: GET {path}: {_oserror(e)}") from None
         if status != 200:
-            raise EndpointError(f"GET {path}: HTTP {status}{_auth_hint(status, self.ep)}: {_snippet(data)}")
+            raise EndpointError(f"GET {path}: HTTP {status}{_auth_hint(status, self.ep)}: "
+                                f"{_snippet(data, self.ep.api_key)}")
         try:
             value = json.loads(data)
         except ValueError:
             raise EndpointError(f"not an OpenAI-compatible server: GET {path} did not answer JSON "
-                                f"({_snippet(data)})") from None
+                                f"({_snippet(data, self.ep.api_key)})") from None
         if not isinstance(value, dict):
             raise EndpointError(f"not an OpenAI-compatible server: GET {path} did not answer a JSON object")
         return value
@@ -393,11 +395,12 @@ class Client:
             resp = conn.getresponse()
             if resp.status != 200:
                 out["error"] = f"POST {path}: HTTP {resp.status}{_auth_hint(resp.status, self.ep)}: " \
-                               f"{_snippet(resp.read(4096))}"
+                               f"{_snippet(resp.read(4096), self.ep.api_key)}"
                 return out
             if "text/event-stream" not in (resp.getheader("Content-Type") or ""):
                 out["error"] = (f"not an OpenAI-compatible stream: POST {path} answered "
-                                f"{resp.getheader('Content-Type') or 'no Content-Type'}: {_snippet(resp.read(4096))}")
+                                f"{printable(resp.getheader('Content-Type') or 'no Content-Type')}: "
+                                f"{_snippet(resp.read(4096), self.ep.api_key)}")
                 return out
             done = False
             while True:
@@ -414,11 +417,12 @@ class Client:
                 try:
                     event = json.loads(data)
                 except ValueError:
-                    out["error"] = f"not an OpenAI-compatible stream: {_snippet(data)}"
+                    out["error"] = f"not an OpenAI-compatible stream: {_snippet(data, self.ep.api_key)}"
                     return out
                 if isinstance(event, dict) and event.get("error"):
                     err = event["error"]
-                    out["error"] = f"error event: {_snippet(json.dumps(err.get('message', err) if isinstance(err, dict) else err).encode())}"
+                    message = err.get("message", err) if isinstance(err, dict) else err
+                    out["error"] = f"error event: {_snippet(json.dumps(message).encode(), self.ep.api_key)}"
                     return out
                 usage = event.get("usage") or usage
                 text = "".join(_choice_text(c) for c in event.get("choices") or [])
@@ -467,8 +471,15 @@ def _oserror(e: Exception) -> str:
     return getattr(e, "strerror", None) or str(e) or type(e).__name__
 
 
-def _snippet(data: bytes, n: int = 200) -> str:
-    text = data.decode("utf-8", "replace").strip().replace("\n", " ")
+def _snippet(data: bytes, secret: str | None = None, n: int = 200) -> str:
+    """The start of a server's answer, for a message and the run's files: one line, control
+    characters as '?', the API key (`secret`: a server may echo the request, a 401 the key it
+    refused) as <redacted>, also as JSON writes it (escaped, '/' as '\\/')."""
+    text = data.decode("utf-8", "replace")
+    escaped = json.dumps(secret)[1:-1] if secret else ""
+    for form in sorted({secret, escaped, escaped.replace("/", "\\/")} if secret else (), key=len, reverse=True):
+        text = text.replace(form, "<redacted>")
+    text = text.strip().replace("\n", " ")
     text = "".join(ch if ch.isprintable() else "?" for ch in text)
     return (text[:n] + "...") if len(text) > n else text or "(empty)"
 
@@ -1079,7 +1090,8 @@ def roundtrip(sources: list[str], limit: str | None) -> list:
 
 
 def _progress(line: str) -> None:
-    print(f"loadtest: {line}", file=sys.stderr, flush=True)
+    """A progress line on stderr; what a server said in it (model names, errors) escaped."""
+    print(f"loadtest: {printable(line)}", file=sys.stderr, flush=True)
 
 
 def _stamp() -> str:
@@ -1131,7 +1143,7 @@ def cmd_loadtest(args) -> int:
     refused = context_problems(endpoints, s.prompt_tokens, s.turns, s.turn_tokens, s.output_tokens)
     if refused:
         for line in refused:
-            print(f"kvprov loadtest: refused: {line}", file=sys.stderr)
+            print(f"kvprov loadtest: refused: {printable(line)}", file=sys.stderr)
         raise KvprovError("prompt lengths over the model's context: nothing was sent (lower --prompt-tokens, "
                           "--turns, --turn-tokens or --output-tokens)", EXIT_USAGE)
     counters: dict[str, TokenCounter] = {}
@@ -1144,7 +1156,7 @@ def cmd_loadtest(args) -> int:
         counters[ep.name] = TokenCounter(ep.model_path)
     for ep in endpoints:
         if ep.problem:
-            print(f"kvprov loadtest: {ep.name} ({ep.url}): {ep.problem}", file=sys.stderr)
+            print(f"kvprov loadtest: {ep.name} ({ep.url}): {printable(ep.problem)}", file=sys.stderr)
     live = [ep for ep in endpoints if not ep.problem]
     _progress(f"{len(live)} endpoint(s), prompt lengths {','.join(map(str, s.prompt_tokens))}, {s.turns} turns, "
               f"{s.users} users, {s.output_tokens} output tokens, at most {s.duration:g} s")
@@ -1157,10 +1169,10 @@ def cmd_loadtest(args) -> int:
     result = run(endpoints, s, _progress, counters, restart) if live else {"points": [], "planned_points": 0,
                                                                              "stopped": None, "cross_host_skipped": {}}
     for name, why in result["cross_host_skipped"].items():
-        print(f"kvprov loadtest: {name}: no cross-host replay: {why}", file=sys.stderr)
+        print(f"kvprov loadtest: {name}: no cross-host replay: {printable(why)}", file=sys.stderr)
     for ep in live:  # a later failure (every request of a turn failed)
         if ep.problem:
-            print(f"kvprov loadtest: {ep.name} ({ep.url}): {ep.problem}", file=sys.stderr)
+            print(f"kvprov loadtest: {ep.name} ({ep.url}): {printable(ep.problem)}", file=sys.stderr)
     errors = {}
     for p in result["points"]:
         if p["errors"]:
@@ -1171,7 +1183,8 @@ def cmd_loadtest(args) -> int:
     for name, (n, total, first) in errors.items():
         ep = next(e for e in endpoints if e.name == name)
         if not ep.problem:
-            print(f"kvprov loadtest: {name} ({ep.url}): {n} request(s) failed; first: {first}", file=sys.stderr)
+            print(f"kvprov loadtest: {name} ({ep.url}): {n} request(s) failed; first: {printable(first)}",
+                  file=sys.stderr)
     failed = any(ep.problem for ep in endpoints) or bool(errors) or bool(result["cross_host_skipped"])
     code = INTERRUPTED if result["stopped"] == "interrupted" else EXIT_CHECKS_FAILED if failed else EXIT_OK
     if result["stopped"] == "duration":
