@@ -59,6 +59,8 @@ def cmd_deploy(args) -> int:
     command = "deploy --check" if args.check else "deploy"
     if args.stop_engines and not args.allow_remount:
         raise KvprovError("--stop-engines goes with --allow-remount", EXIT_USAGE)
+    if args.json:
+        runner.refuse_link(args.json, "--json")  # before anything runs (write_json checks again)
     with lock.inventory_lock(sources, command):
         todo, clean = ([], []) if args.full else audit_first(sources, args.limit)
         result = runner.RunResult(rc=0, artifacts=None)  # every host clean: nothing to run

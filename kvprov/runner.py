@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kvprov import paths
+from kvprov.errors import EXIT_USAGE, KvprovError
 from kvprov.inventory import limit_patterns, source_list
 
 
@@ -184,14 +185,27 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
     return result
 
 
-def write_json(result: RunResult, path: str, clean: list[str] = ()) -> None:
-    """The run's summary; `clean`: hosts not run because the audit found them clean (zero counts)."""
+def refuse_link(path: str | Path, option: str) -> None:
+    """KvprovError (exit 2) when the file an option names is a symbolic link: a report is
+    never written through one (whoever planted it would choose what root overwrites)."""
+    if os.path.islink(path):
+        raise KvprovError(f"{option} {path} is a symbolic link (to {os.readlink(path)}): refusing to write through "
+                          "it; remove it or name another file", EXIT_USAGE)
+
+
+def write_json(result: RunResult, path: str | Path, clean: list[str] = ()) -> None:
+    """The run's summary (deploy --json FILE); `clean`: hosts not run because the audit found
+    them clean (zero counts). It names hosts and their failures: written 0600 through a new
+    file in FILE's directory renamed over it (report.write_file), never through a link."""
+    from kvprov.validate.report import write_file
+
+    refuse_link(path, "--json")
     hosts = {**{h: HostSummary() for h in clean}, **result.hosts}
     data = {"rc": result.rc, "seconds": round(result.seconds, 1),
             "artifacts": str(result.artifacts) if result.artifacts else None,
             "hosts": {h: asdict(s) for h, s in sorted(hosts.items())}, "clean": sorted(clean),
             "failures": [asdict(f) for f in result.failures], "diffs": result.diffs}
-    Path(path).write_text(json.dumps(data, indent=2) + "\n")
+    write_file(str(path), json.dumps(data, indent=2) + "\n")
 
 
 def format_diffs(result: RunResult) -> str:
