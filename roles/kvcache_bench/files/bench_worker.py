@@ -12,7 +12,10 @@ Writes, then reads back, files shaped like SGLang HiCache KV pages (one `_k`/`_v
 BASE/.kvprov-bench-<host>-<pid>-<time>, keeping --concurrency transfers in flight, and
 prints exactly one JSON object on stdout (diagnostics go to stderr; exit 0 when ok, 1 when
 not, 2 for unparsable arguments). It removes the files it created and its run directory,
-also after an error, Ctrl-C, SIGTERM or SIGHUP, and nothing else.
+also after an error, Ctrl-C, SIGTERM or SIGHUP, and nothing else. BASE may be on a volume
+others write (root runs this): BASE, the run directory and every file are opened without
+following a link, the run directory and files relative to their directory's descriptor
+(never by path again), so a link planted or swapped in at any time is not written through.
 
 Data: every 4 KiB block of every file is unique (the first 8 bytes of each block carry a
 per-run, per-file, per-block stamp; the rest is random), so storage that deduplicates or
@@ -81,6 +84,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
+import errno
 import glob
 import importlib
 import json
@@ -97,6 +101,9 @@ BLOCK = 4096  # O_DIRECT alignment and the stamping granularity
 POLL_S = 0.00005  # idle poll interval of the transfer loop
 HANG_GRACE_S = 60  # in-flight I/Os still running this long after a pass's time bound: storage hung
 QWEN3_8B_FILE_BYTES = 18 << 20  # kv_file_bytes(36, 256, 8, 128, 2, 1)
+
+
+NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Failure(Exception):
@@ -299,8 +306,8 @@ def _loadable(name: str) -> bool:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, params: dict, run_dir: str, created: list):
-        self.args, self.run_dir, self.created = args, run_dir, created
+    def __init__(self, args: argparse.Namespace, params: dict, run_dir: str, run_fd: int, created: list):
+        self.args, self.run_dir, self.run_fd, self.created = args, run_dir, run_fd, created
         self.size = args.file_bytes
         self.blocks = self.size // BLOCK
         self.np = importlib.import_module("numpy")
@@ -378,12 +385,14 @@ class Bench:
         return bool(np.array_equal(got[:, 0], self.stamps(index)) and np.array_equal(got[:, 1:], want[:, 1:]))
 
     def open(self, op: str, index: int, name: str) -> int:
+        """File `name` of the run directory, relative to its descriptor and never through a link."""
         path = os.path.join(self.run_dir, name)
         flags = (os.O_RDWR | os.O_CREAT | os.O_EXCL) if op == "WRITE" else os.O_RDONLY
-        if op == "WRITE":
-            self.created.append(path)  # before the open: a signal in between must not orphan the file
+        if op == "WRITE":  # noted before the open: a signal in between must not orphan the file
+            self.created.append((self.run_fd, name, path, False))
         try:
-            return os.open(path, flags | (os.O_DIRECT if self.args.direct else 0), 0o600)
+            return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECT if self.args.direct else 0),
+                           0o600, dir_fd=self.run_fd)
         except OSError as exc:
             hint = " (does the file system support O_DIRECT? --no-direct turns it off)" if self.args.direct else ""
             raise Failure(f"cannot open {path}: {exc.strerror}{hint}") from None
@@ -505,7 +514,7 @@ class Bench:
     def settle(self, names: list[str]) -> None:
         """Untimed, after the write pass: flush and drop cached pages so reads are cold."""
         for name in names:
-            fd = os.open(os.path.join(self.run_dir, name), os.O_RDONLY)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.run_fd)
             try:
                 os.fsync(fd)
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -529,21 +538,40 @@ def full_volume(path: str, need: int) -> str:
             "or lower kvprov_bench_files") if free < need else ""
 
 
+def open_dir(path: str, what: str, parent: int | None = None) -> int:
+    """A directory opened without following a link (the open itself refuses one: no check that
+    a link could be swapped in after); relative to `parent` when given."""
+    stripped = path.rstrip("/") or "/"  # a trailing slash would make the open follow a link
+    try:
+        return os.open(stripped if parent is None else os.path.basename(stripped), NOFOLLOW_DIR, dir_fd=parent)
+    except FileNotFoundError:
+        raise Failure(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(stripped):  # only to word the error
+            try:
+                target = os.readlink(stripped)
+            except OSError:
+                target = "?"
+            raise Failure(f"{what} {path} is a symbolic link (to {target}): refusing to write through it; "
+                          "remove it") from None
+        raise Failure(f"cannot open the {what} {path}: {exc.strerror}") from None
+
+
 def run(args: argparse.Namespace, result: dict, created: list) -> None:
     params = nixl_params(args.params)
     result["params"] = params
     check_args(args)
-    if os.path.islink(args.dir):  # root on a shared volume never follows a planted link
-        raise Failure(f"storage directory {args.dir} is a symbolic link (to {os.readlink(args.dir)}): refusing to "
-                      "write through it; remove it")
+    base_fd = open_dir(args.dir, "storage directory")  # root on a shared volume never follows a planted link
+    run_name = os.path.basename(result["run_dir"])
     try:
-        os.mkdir(result["run_dir"], 0o700)
-    except FileNotFoundError:
-        raise Failure(f"storage directory {args.dir} does not exist") from None
+        os.mkdir(run_name, 0o700, dir_fd=base_fd)
     except OSError as exc:
         raise Failure(f"cannot create the run directory {result['run_dir']}: {exc.strerror}") from None
-    created.append(result["run_dir"])
-    bench = Bench(args, params, result["run_dir"], created)
+    created.append((base_fd, run_name, result["run_dir"], True))
+    run_fd = open_dir(result["run_dir"], "run directory", base_fd)
+    if os.fstat(run_fd).st_uid != os.geteuid():  # another user's directory swapped in for the new one
+        raise Failure(f"the run directory {result['run_dir']} was replaced by another user's: refusing to write in it")
+    bench = Bench(args, params, result["run_dir"], run_fd, created)
     if args.start_at is not None and args.start_at > time.time():
         time.sleep(args.start_at - time.time())
     result["start"] = time.time()
@@ -563,14 +591,16 @@ def run(args: argparse.Namespace, result: dict, created: list) -> None:
 
 
 def cleanup(created: list) -> bool:
-    """Remove what this run created (its files, then its run directory); True when all is gone."""
+    """Remove what this run created (its files, then its run directory), each relative to the
+    descriptor of the directory it was made in (created: (dir_fd, name, path, is_dir)); True
+    when all is gone. The descriptors close when the worker exits."""
     ok = True
-    for path in reversed(created):
+    for dir_fd, name, path, is_dir in reversed(created):
         try:
-            if os.path.isdir(path):
-                os.rmdir(path)
+            if is_dir:
+                os.rmdir(name, dir_fd=dir_fd)
             else:
-                os.unlink(path)
+                os.unlink(name, dir_fd=dir_fd)
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -597,7 +627,7 @@ def main(argv=None) -> int:
                               if args.backend.startswith("GDS") else None),
               "run_dir": os.path.join(args.dir, f".kvprov-bench-{host}-{os.getpid()}-{int(time.time())}"),
               "cleaned": False}
-    created: list[str] = []
+    created: list[tuple[int, str, str, bool]] = []
     try:
         run(args, result, created)
         result["ok"] = True
