@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import yaml
 
-from kvprov import inventory, namespace
+from kvprov import check_bounds, inventory, namespace, sinks
 from kvprov.errors import EXIT_OK, EXIT_USAGE, KvprovError
 from kvprov.inventory import Host, Inventory, InventoryError, Origin, Problem, Setting, Var
 
@@ -53,13 +53,11 @@ VLLM_ENGINES = ("vllm_offload", "lmcache_mp", "lmcache_inproc", "vllm_baseline")
 # Names from before there was more than one engine: still honoured, with a warning.
 DEPRECATED = {f"kvprov_sglang_{k}": f"kvprov_engine_{k}"
               for k in ("instances", "install", "user", "home", "model_path", "host", "extra_args")}
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 INSTANCE_NAME = re.compile(r"[a-z0-9_-]+")
 SIMPLE_PATH = re.compile(r"/[A-Za-z0-9_./-]*")
 TOML_KEY = re.compile(r"[A-Za-z0-9_]+")
-NETDEV = re.compile(r"[A-Za-z0-9_.-]{1,15}")  # a Linux interface name (IFNAMSIZ), safe in a shell word
 TRUE_FALSE_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n"}
 
 
@@ -290,6 +288,9 @@ def storage_server(value: str) -> list[Finding]:
     if "/" in value or value.endswith(":"):
         return [Finding(f'"{value}" must be only the server address (the NetApp data LIF); '
                         "put the path in kvprov_storage_export")]
+    if value and not ADDRESS.fullmatch(value):
+        return [Finding(f'"{value}" is not an address or DNS name (letters, digits, . - : and [IPv6]); it is the mount '
+                        "unit's What=")]
     try:
         address = ipaddress.ip_address(value)
     except ValueError:
@@ -687,7 +688,7 @@ def ip_addresses(value: list) -> list[Finding]:
 
 def netdevs(value: list) -> list[Finding]:
     return [Finding(f'item {i + 1}: "{v}" is not a network interface name (letters, digits, _ . -, at most 15)', (i,))
-            for i, v in enumerate(value) if isinstance(v, str) and not NETDEV.fullmatch(v)]
+            for i, v in enumerate(value) if isinstance(v, str) and not sinks.NETDEV.fullmatch(v)]
 
 
 def serial(value: Any) -> list[Finding]:
@@ -701,12 +702,15 @@ def serial(value: Any) -> list[Finding]:
 
 
 def mount_option_words(value: list) -> list[Finding]:
-    """Mount options land in the mount unit's Options= line: no spaces, quotes, % or $."""
+    """Mount options land in the mount unit's Options=: each one an NFS option kvprov knows,
+    none that undoes nosuid,nodev,noexec (sinks.mount_option_problem)."""
+    from kvprov.validate.parsers import mount_state
     out = extra_options(value)
-    out += [Finding(f'item {i + 1}: "{v}" may hold only letters, digits and _ . , = : / + - (it is written into '
-                    "the mount unit's Options=)", (i,))
-            for i, v in enumerate(value)
-            if isinstance(v, str) and not is_template(v) and not re.fullmatch(r"[A-Za-z0-9_.,=:/+-]+", v)]
+    for i, item in enumerate(value):
+        if isinstance(item, str) and not is_template(item):
+            out += [Finding(f"item {i + 1}: {problem}", (i,)) for option in item.split(",")
+                    if option.strip() and option.partition("=")[0].strip().lower() not in REPLACED_OPTIONS
+                    for problem in [sinks.mount_option_problem(option.strip(), mount_state.expectations)] if problem]
     return out
 
 
@@ -739,14 +743,15 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_nixl_venv": absolute_path,
     "kvprov_sglang_venv": absolute_path,
     "kvprov_engine_home": absolute_path,
-    "kvprov_engine_user": user_name,
+    "kvprov_engine_user": all_of(user_name, check_bounds.engine_user),
     "kvprov_engine_uid": int_range(0, 2**31 - 1, note=" (0: any)"),
     "kvprov_engine_host": listen_address,
     "kvprov_engine_api_key_file": secret_file,
     "kvprov_engine_hf_token_file": secret_file,
     "kvprov_engine_s3_credentials_file": s3_credentials_file,
     "kvprov_engine_model_path": model_path,
-    "kvprov_engine_environment": all_of(environment, s3_secrets_in_environment),
+    "kvprov_engine_environment": all_of(environment, s3_secrets_in_environment, check_bounds.secret_environment),
+    "kvprov_engine_extra_args": check_bounds.secret_arguments,
     "kvprov_engine_hash_seed": int_range(0, 4294967295),
     "kvprov_engine_namespace": lambda v: [] if v == "" or namespace.NAMESPACE.fullmatch(v) else [Finding(
         f'"{v}" is not a namespace name: 1 to 128 letters, digits, . _ - (not starting with . _ -); it is a '
@@ -806,23 +811,22 @@ def check_setting(setting: Setting, specs: dict[str, VarSpec]) -> list[Problem]:
     if spec is None:
         return [_problem(setting, Finding("not a variable of any kvprov role (Ansible would silently "
                                           "ignore it)" + _did_you_mean(name, list(specs))))]
-    if is_template(var.value):
-        return [_problem(setting, f) for f in renamed]
-    findings = control_characters(var.value) or spec_findings(var, spec)
+    findings = control_characters(var.value)
+    if is_template(var.value):  # the rest when the roles render it: their sink filters (kvprov/sinks.py)
+        return [_problem(setting, f) for f in renamed + findings]
+    findings = findings or spec_findings(var, spec)
     if not findings and name in VALUE_RULES:
         findings = VALUE_RULES[name](var.value)
     return [_problem(setting, f) for f in renamed + findings]
 
 
 def control_characters(value: Any, path: tuple = ()) -> list[Finding]:
-    """A newline or other control character in any string (keys too) would add lines to the
-    units, mount units and config files rendered from it."""
+    """What no string (keys too) may hold anywhere kvprov writes it (sinks.string_problem): a
+    control character or a Unicode line separator would add lines to the rendered units and
+    files; a string over sinks.MAX_LENGTH is not a setting."""
     if isinstance(value, str):
-        if CONTROL.search(value):
-            shown = value.encode("unicode_escape").decode()[:80]
-            return [Finding(f'"{shown}" contains a control character ({CONTROL.search(value).group()!r}): '
-                            "it would add lines to the rendered units and files; remove it", path)]
-        return []
+        problem = sinks.string_problem(value)
+        return [Finding(problem, path)] if problem else []
     if isinstance(value, dict):
         return [f for k, v in value.items() for f in control_characters(k, path) + control_characters(v, path + (k,))]
     if isinstance(value, list):
@@ -890,11 +894,30 @@ def check_host(host: Host, specs: dict[str, VarSpec]) -> list[Problem]:
         out += _nconnect_and_trunking(h)
     out += engine_rules(h)
     out += _bench_file_size(h)
+    out += _ansible_host(h)
     if profile == "local" and h.get("kvprov_storage_pnfs_layout") not in (None, "none"):
         out.append(h.problem("kvprov_storage_pnfs_layout",
                              f"{h.get('kvprov_storage_pnfs_layout')} has no meaning for profile local "
                              "(no NFS): set kvprov_storage_pnfs_layout: none", severity="warning"))
     return out
+
+
+def _ansible_host(h: HostView) -> list[Problem]:
+    """ansible_host is an address or a DNS name: loadtest and validate build URLs from it (and
+    send the API key there), so a port, path or query in it would send the key elsewhere."""
+    var = h.host.var("ansible_host")
+    value = var.value if var else None
+    if not isinstance(value, str) or is_template(value):
+        return []
+    try:
+        ipaddress.ip_address(value.removeprefix("[").removesuffix("]"))
+        return []
+    except ValueError:
+        pass
+    if re.fullmatch(r"[A-Za-z0-9_.-]{1,253}", value):
+        return []
+    return [h.problem("ansible_host", f'"{sinks.shown(value)}" is not an address or a DNS name (a port goes in '
+                                      "ansible_port): kvprov builds URLs from it and sends the engine's API key there")]
 
 
 def _bench_file_size(h: HostView) -> list[Problem]:
@@ -1018,7 +1041,7 @@ def engine_rules(h: HostView) -> list[Problem]:
     if engine in rules:
         out += rules[engine](h)
     from kvprov import check_tiers  # the tiers' sizes: host memory, storage below DRAM
-    return out + check_tiers.rules(h)
+    return out + check_tiers.rules(h) + check_bounds.rules(h)
 
 
 def _exposure(h: HostView) -> list[Problem]:

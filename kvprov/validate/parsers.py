@@ -188,7 +188,7 @@ def parse_unit(text: str) -> dict[str, list[tuple[str, str]]]:
     sections: dict[str, list[tuple[str, str]]] = {}
     current: list[tuple[str, str]] | None = None
     pending = ""
-    for raw in text.splitlines():
+    for raw in text.split("\n"):  # systemd's lines: not str.splitlines, which also breaks on U+2028 and the like
         stripped = raw.strip()
         if not pending and (not stripped or stripped[0] in "#;"):
             continue
@@ -232,8 +232,8 @@ def exec_argv(value: str, from_show: bool) -> list[str]:
         if not m:
             raise ParseError(f"no argv[] in ExecStart={value[:80]}")
         return m.group(1).split(" ")
-    try:
-        return shlex.split(value)
+    try:  # kvprov quotes like a shell's double quotes (kvprov/sinks.py); %% and $$ are systemd's escapes
+        return [w.replace("%%", "%").replace("$$", "$") for w in shlex.split(value)]
     except ValueError as e:
         raise ParseError(f"ExecStart: {e}") from None
 
@@ -246,7 +246,7 @@ def unit_environment(unit: dict[str, list[tuple[str, str]]]) -> dict[str, str]:
             continue
         if not value:
             env = {}
-        env.update(split_environment(value))
+        env.update({k: v.replace("%%", "%") for k, v in split_environment(value).items()})  # the unit file's %%
     return env
 
 

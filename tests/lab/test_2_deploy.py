@@ -78,6 +78,8 @@ def test_kv_mount_is_rdma_with_a_pnfs_layout_after_a_nixl_write(deployed):
     before = live_mount()
     assert before.opts["proto"] == "rdma" and before.opts["port"] == "20049" and before.opts["vers"] == "4.1"
     assert before.opts["max_connect"] == "16"
+    # no host can plant a setuid binary, a device node or a program for another (#24)
+    assert {"nosuid", "nodev", "noexec"} <= set(sh(GPU1, f"findmnt -no OPTIONS {MNT}").strip().split(","))
     assert [t.protocol for t in before.transports] == ["rdma"]
     r = subprocess.run([*ssh_args(*GPU1), "/opt/kvprov/nixl/bin/python3", "-", f"{MNT}/kvlab-gpu1/roundtrip.bin"],
                        input=ROUNDTRIP, capture_output=True, text=True, timeout=300)

@@ -6,13 +6,15 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from kvprov import check, namespace
+from kvprov.validate import parsers
 from tests.unit.test_check_fleet import NFS, fleet, found
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]
 VLLM = {**NFS, "kvprov_engine": "vllm_offload", "kvprov_vllm_offload_cpu_bytes_to_use": 10**9,
         "kvprov_engine_model_path": "Qwen/Qwen3-8B"}
 
@@ -70,6 +72,12 @@ def test_the_engine_roles_storage_dirs_are_kvprov_checks(tmp_path):
         assert jinja == [d.path for d in check.storage_dirs(view)], (name, values)
 
 
+def argument(unit: Path, flag: str) -> str | None:
+    """The value of FLAG in a rendered unit's ExecStart=, as systemd would pass it."""
+    argv = parsers.exec_argv(parsers.unit_value(parsers.parse_unit(unit.read_text()), "Service", "ExecStart"), False)
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
 def test_the_engine_role_renders_the_namespace_kvprov_check_computes(tmp_path):
     """The example fleet: both vLLM offloading hosts and all their instances write one namespace,
     LMCache MP and in-process each theirs, SGLang a directory per instance; the Jinja of the
@@ -80,13 +88,13 @@ def test_the_engine_role_renders_the_namespace_kvprov_check_computes(tmp_path):
     assert r.returncode == 0, r.stderr
     roots = {}
     for unit in out.glob("*/etc/systemd/system/kvprov-vllm-*.service"):
-        m = re.search(r'"root_dir":"([^"]+)"', unit.read_text())
-        if m:
-            roots.setdefault(m.group(1), set()).add(unit.parts[-5])
+        config = argument(unit, "--kv-transfer-config")
+        for tier in json.loads(config).get("kv_connector_extra_config", {}).get("secondary_tiers", []) if config else []:
+            roots.setdefault(tier["root_dir"], set()).add(unit.parts[-5])
     assert roots == {namespace.namespace_dir("/mnt/kvcache", "vllm_offload", "models-Qwen3-8B"):
                      {"gpu-c01.corp.example.com", "gpu-c00.corp.example.com"}}
     [mp] = out.glob("gpu-c02*/etc/systemd/system/kvprov-lmcache-gpu0-3.service")
-    adapter = json.loads(re.search(r"--l2-adapter '([^']+)'", mp.read_text()).group(1))
+    adapter = json.loads(argument(mp, "--l2-adapter"))
     assert adapter["type"] == "fs_native" and adapter["base_path"] == "/mnt/kvcache/kv/lmcache_mp/models-Qwen3-8B"
     inproc = (out / "gpu-c03.corp.example.com/etc/kvprov/lmcache-gpu0-3.yaml").read_text()
     assert "fs://localhost:0/mnt/kvcache/kv/lmcache_inproc/models-Qwen3-8B" in inproc

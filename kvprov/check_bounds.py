@@ -1,0 +1,136 @@
+"""kvprov check: what the engine may be given (pure). Secrets never in a unit's lines; no
+code loaded from a place other hosts or users can write; the engine's account and home
+kvprov's own, away from the system's files and the shared volume."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvprov.check import Finding, HostView, Problem
+
+# A name that holds a secret: one of these words as a whole part of it (HF_TOKEN, VLLM_API_KEY,
+# DB_PASSWORD, --admin-api-key, --hf-token); TOKENIZERS_PARALLELISM or --max-num-batched-tokens
+# are not.
+_SECRET_WORDS = r"(?:token|secret|password|passwd|pass|pwd|credentials?|key|apikey|auth)"
+SECRET_ENV = re.compile(rf"(?:^|_){_SECRET_WORDS}(?:_|$)", re.I)
+SECRET_FLAG = re.compile(rf"--(?:[a-z0-9]+[-_])*{_SECRET_WORDS}(?:[-_][a-z0-9]+)*(?==|$)", re.I)
+URL_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@", re.I)
+_NOT_SECRETS = {"", "0", "1", "true", "false", "yes", "no", "on", "off", "none"}  # HF_HUB_DISABLE_IMPLICIT_TOKEN=1
+SECRET_HOME = ("the API key goes in kvprov_engine_api_key_file, a Hugging Face token in kvprov_engine_hf_token_file, "
+               "S3 keys in kvprov_engine_s3_credentials_file: deploy writes them to the root-only "
+               "/etc/kvprov/secrets/engine.env")
+# Environment variables that make the engine load code or libraries from the paths they name.
+LOADERS = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
+           "PYTHONUSERBASE", "PYTHONPYCACHEPREFIX", "PATH", "CUDA_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+           "VLLM_CACHE_ROOT", "HF_HOME", "HF_MODULES_CACHE")
+WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/shm")
+# Homes that would hand the engine user (ReadWritePaths=) the system's own files.
+SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc", "/sys",
+               "/dev", "/run", "/root", "/var/lib/dpkg", "/var/lib/apt", "/var/log", "/var/spool", "/var/cache",
+               "/opt/nvidia", "/tmp", "/var/tmp")
+# Accounts of the base system (Debian's base-passwd, RHEL's setup) and common daemons: deploy
+# would take one over (home, shell, groups) and the engine would own what it owns.
+SYSTEM_ACCOUNTS = frozenset({
+    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy", "www-data",
+    "backup", "list", "irc", "gnats", "nobody", "nogroup", "systemd-network", "systemd-resolve",
+    "systemd-timesync", "systemd-journal", "messagebus", "sshd", "_apt", "adm", "shutdown", "halt", "operator",
+    "ftp", "polkitd", "dbus", "rpc", "rpcuser", "statd", "_rpc", "nfsnobody", "postfix", "chrony", "ntp",
+    "tss", "admin", "ubuntu", "debian", "ec2-user", "centos", "cloud-user", "ansible"})
+
+
+def _finding(message: str, *path) -> "Finding":
+    from kvprov.check import Finding
+    return Finding(message, tuple(path))
+
+
+def secret_environment(value: dict) -> list["Finding"]:
+    """kvprov_engine_environment: no secret by name, no URL with a password (Environment= is in
+    a 0644 unit, `systemctl show`, bundles, diffs)."""
+    out = []
+    for key, v in value.items():
+        if str(key).upper() in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+            continue  # check.s3_secrets_in_environment says where those go
+        if SECRET_ENV.search(str(key)) and str(v).strip().lower() not in _NOT_SECRETS:
+            out.append(_finding(f"{key} looks like a secret: an Environment= line of the unit is readable by every "
+                                f"user (`systemctl show`) and lands in bundles and diffs; {SECRET_HOME}", key))
+        elif isinstance(v, str) and URL_PASSWORD.search(v):
+            out.append(_finding(f"{key} holds a URL with a password: it would be readable by every user (`systemctl "
+                                f"show`) and land in bundles and diffs; {SECRET_HOME}", key))
+    return out
+
+
+def secret_arguments(value: list) -> list["Finding"]:
+    """kvprov_engine_extra_args: no flag that takes a secret, no URL with a password (argv is
+    readable by every local user in /proc/PID/cmdline)."""
+    out = []
+    for i, arg in enumerate(value):
+        arg = str(arg)
+        if SECRET_FLAG.match(arg.partition("=")[0] if "=" in arg else arg):
+            out.append(_finding(f'item {i + 1}: "{arg.partition("=")[0]}" takes a secret: on the command line it is '
+                                f"readable by every local user (/proc/PID/cmdline, ps) and lands in the unit, bundles "
+                                f"and diffs; {SECRET_HOME}", i))
+        elif URL_PASSWORD.search(arg):
+            out.append(_finding(f"item {i + 1}: a URL with a password on the command line is readable by every local "
+                                f"user (/proc/PID/cmdline); {SECRET_HOME}", i))
+    return out
+
+
+def _under(path: str, top: str) -> bool:
+    path, top = posixpath.normpath(path), posixpath.normpath(top)
+    return top == "/" or path == top or path.startswith(top + "/")
+
+
+def loader_paths(h: "HostView") -> list["Problem"]:
+    """LD_PRELOAD, PYTHONPATH and the like must not name the shared volume (any host's root
+    writes it) or a world-writable directory, nor a relative path."""
+    env = h.get("kvprov_engine_environment") or {}
+    mount = h.get("kvprov_storage_mount_point")
+    out = []
+    for key, value in env.items():
+        if str(key) not in LOADERS or not isinstance(value, str):
+            continue
+        for part in re.split(r"[:\s]+", value):
+            if not part:
+                continue
+            where = ("a relative path" if not part.startswith("/") else
+                     "on the shared KV volume, which every host's root writes" if mount and _under(part, mount) else
+                     "in a world-writable directory" if any(_under(part, d) for d in WORLD_WRITABLE) else None)
+            if where:
+                out.append(h.problem("kvprov_engine_environment",
+                                     f"{key}: {part} is {where}: the engine would load code from it; name a "
+                                     "root-owned directory", key))
+                break
+    return out
+
+
+def engine_home(h: "HostView") -> list["Problem"]:
+    """The engine's home is writable by it (ReadWritePaths=): never a system directory nor on
+    the shared volume."""
+    home, mount = h.get("kvprov_engine_home"), h.get("kvprov_storage_mount_point")
+    if not isinstance(home, str) or not home.startswith("/"):
+        return []
+    if mount == "/":  # check.mount_point refuses it
+        mount = None
+    if posixpath.normpath(home) == "/" or any(_under(home, d) for d in SYSTEM_DIRS):
+        return [h.problem("kvprov_engine_home", f"{home} is a system directory: the engine user would own and "
+                                                "write it; use a directory of its own, e.g. /var/lib/kvprov-engine")]
+    if mount and _under(home, mount):
+        return [h.problem("kvprov_engine_home", f"{home} is on the shared KV volume ({mount}): any host's root could "
+                                                "plant the engine's Python packages or configuration there; use a "
+                                                "local directory, e.g. /var/lib/kvprov-engine")]
+    return []
+
+
+def engine_user(value: Any) -> list["Finding"]:
+    if isinstance(value, str) and value in SYSTEM_ACCOUNTS and value != "root":  # check.user_name: not root
+        return [_finding(f'"{value}" is an account of the system or of another service: deploy would take it over '
+                         "(home, shell, groups) and the engine would own its files; name kvprov's own account, e.g. "
+                         "kvprov-engine (deploy creates it and refuses an existing account it did not create)")]
+    return []
+
+
+def rules(h: "HostView") -> list["Problem"]:
+    return loader_paths(h) + engine_home(h)
