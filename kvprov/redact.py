@@ -7,7 +7,9 @@ Its value is replaced by `<redacted>`, wherever it appears on a line:
 - `NAME=value`, `NAME: value`, `NAME = "value"` (env files, INI, TOML, YAML), also inside a
   line (`Environment="HF_TOKEN=x"`, mount options `password=x`);
 - `"NAME": "value"` (JSON);
-- `--NAME value`, `--NAME=value` (command lines).
+- `--NAME value`, `--NAME=value` (command lines);
+- a quoted `"NAME=value"` (a unit's Environment=): the whole quoted value;
+- the password of a URL, whatever its name (`scheme://user:PASSWORD@host`).
 
 A reference such as `${KVPROV_ENGINE_API_KEY}` is not a secret and is kept. A *secret file*
 (under /etc/kvprov/secrets/, or named like a key or credentials file) is never shown at
@@ -33,17 +35,23 @@ _VALUE = r"""(?:"[^"]*"?|'[^']*'?|[^\s,;"']+)"""
 # whole line: NAME = value / NAME: value / export NAME=value (value to the end of the line)
 _LINE = re.compile(rf"""^(?P<head>\s*(?:export\s+)?["']?(?P<name>{SECRET_NAME})["']?\s*[=:]\s*)(?P<value>\S.*?)\s*$""",
                    re.I)
-# inside a line: NAME=value, "NAME": "value", --NAME value, --NAME=value
+# inside a line: "NAME=value" (the whole quoted word), NAME=value, "NAME": "value", --NAME value, --NAME=value
 _INLINE = [
+    re.compile(rf"""(?P<head>"(?P<name>{SECRET_NAME})=)(?P<value>(?:[^"\\]|\\.)*)(?=")""", re.I),
+    re.compile(rf"""(?P<head>'(?P<name>{SECRET_NAME})=)(?P<value>[^']*)(?=')""", re.I),
     re.compile(rf"""(?P<head>"(?P<name>{SECRET_NAME})"\s*:\s*)(?P<value>"(?:[^"\\]|\\.)*")""", re.I),
     re.compile(rf"""(?P<head>--(?P<name>{SECRET_NAME})(?:=|\s+))(?P<value>(?!-){_VALUE})""", re.I),
     re.compile(rf"""(?P<head>(?<![A-Za-z0-9_.-])(?P<name>{SECRET_NAME})=)(?P<value>{_VALUE})""", re.I),
 ]
 
 
+# a password in a URL, whatever names it: scheme://user:PASSWORD@host
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/\s:@\"']*:)(?P<value>[^/\s@\"']+)(?=@)", re.I)
+
+
 def _sub(m: re.Match) -> str:
     value = m.group("value")
-    if _REF.match(value) or value in ('""', "''"):
+    if not value or _REF.match(value) or value in ('""', "''"):
         return m.group(0)
     quote = value[0] if value[0] in "\"'" else ""
     return m.group("head") + quote + REDACTED + quote
@@ -56,7 +64,7 @@ def redact_line(line: str) -> str:
         return _sub(m)
     for pattern in _INLINE:
         line = pattern.sub(_sub, line)
-    return line
+    return _URL_PASSWORD.sub(_sub, line)
 
 
 def redact_text(text: str) -> str:

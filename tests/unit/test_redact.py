@@ -41,3 +41,17 @@ def test_the_collector_carries_the_same_rule():
     collector = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(collector)
     assert collector.SECRET_NAME == redact.SECRET_NAME
+
+
+def test_the_second_reviews_leaks_are_redacted_whole():
+    """#24 finding 7: --admin-api-key, --hf-token, URL passwords, and no tail left of a quoted value."""
+    cases = {
+        "ExecStart=/x --admin-api-key sekrit --port 1": "ExecStart=/x --admin-api-key <redacted> --port 1",
+        "    --hf-token hf_abc \\": "    --hf-token <redacted> \\",
+        'Environment="VLLM_API_KEY=a,b;c"': 'Environment="VLLM_API_KEY=<redacted>"',
+        'Environment="FOO=1" "HF_TOKEN=a b" \'API_KEY=x y\'': 'Environment="FOO=1" "HF_TOKEN=<redacted>" \'API_KEY=<redacted>\'',
+        "DATABASE_URL=postgres://u:pw@db/x": "DATABASE_URL=postgres://u:<redacted>@db/x",
+        "x --url https://user:s3cr3t@h/x": "x --url https://user:<redacted>@h/x",
+        'Environment="A_KEY=${KVPROV_ENGINE_API_KEY}"': 'Environment="A_KEY=${KVPROV_ENGINE_API_KEY}"',
+    }
+    assert {line: redact.redact_line(line) for line in cases} == cases
