@@ -55,7 +55,7 @@ from kvprov import inventory
 from kvprov.bench_worker import percentiles, rounded
 from kvprov.check import TIERLESS_ENGINES
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_USAGE, KvprovError
-from kvprov.textsafe import printable
+from kvprov.validate.report import clean as printable
 
 FORMAT = 1
 INTERRUPTED = 130

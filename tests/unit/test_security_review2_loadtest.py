@@ -14,7 +14,7 @@ import pytest
 
 from kvprov import cli
 from kvprov import loadtest as lt
-from kvprov.textsafe import printable
+from kvprov.validate.report import clean as printable
 
 KEY = "sk-kvprov/secret+key"  # a '/' that JSON may escape as '\/'
 MODEL = "tiny\x1b]0;owned\x07\x1b[2J\x1b[31m"
