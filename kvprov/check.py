@@ -773,6 +773,7 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_lmcache_mp_l1_size_gb": positive_number,
     "kvprov_lmcache_mp_host": listen_address,
     "kvprov_lmcache_mp_metrics_allow": networks,
+    "kvprov_engine_clients": networks,
     "kvprov_lmcache_mp_l2_size_gb": non_negative,
     "kvprov_lmcache_mp_nixl_file_size": int_range(4096, note=" (bytes; at least one KV chunk)"),
     "kvprov_lmcache_mp_nixl_pool_size": int_range(1),
@@ -1045,12 +1046,22 @@ def engine_rules(h: HostView) -> list[Problem]:
 
 
 def _exposure(h: HostView) -> list[Problem]:
+    """An API beyond loopback is closed by default: it needs an API key and the networks of its
+    clients (the unit's IPAddressAllow=; vLLM's key does not guard POST /invocations)."""
     host = h.get("kvprov_engine_host")
-    if host and not listen_address(host) and host not in ("127.0.0.1", "::1") and not h.get("kvprov_engine_api_key_file"):
-        return [h.problem("kvprov_engine_host", f"the engine listens on {host} without an API key: anyone who reaches "
-                                                "it can use the model and fill the KV cache; set "
-                                                "kvprov_engine_api_key_file", severity="warning")]
-    return []
+    if not host or listen_address(host) or host in ("127.0.0.1", "::1"):
+        return []
+    out = []
+    if not h.get("kvprov_engine_api_key_file"):
+        out.append(h.problem("kvprov_engine_host", f"the engine listens on {host} without an API key: anyone who "
+                                                    "reaches it can use the model and fill the KV cache; set "
+                                                    "kvprov_engine_api_key_file"))
+    if not h.get("kvprov_engine_clients"):
+        out.append(h.problem("kvprov_engine_host", f"the engine listens on {host} for any address: name its clients' "
+                                                    "networks in kvprov_engine_clients (e.g. [10.0.0.0/8]); vLLM's API "
+                                                    "key does not guard every route (POST /invocations serves without "
+                                                    "it), the unit's IPAddressAllow= does"))
+    return out
 
 
 def _s3_without_credentials(h: HostView) -> list[Problem]:

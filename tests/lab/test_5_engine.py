@@ -12,6 +12,7 @@ VMs (test_2/test_3)."""
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -86,6 +87,7 @@ def engine_inventory(d, *indexes):
     data = inventory.build_engine(*indexes)
     group = data["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]["vars"]
     group.update({"kvprov_engine_api_key_file": str(key), "kvprov_engine_host": "0.0.0.0",
+                  "kvprov_engine_clients": [f"10.98.{i}.1/32" for i in sorted(indexes)],
                   "kvprov_lmcache_mp_metrics_allow": [f"10.98.{i}.1/32" for i in sorted(indexes)]})
     inv = d / f"lab-engine-{'-'.join(map(str, indexes))}.yml"
     inv.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -185,6 +187,13 @@ def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_name
                    "--output-tokens", "4", "--out", str(tmp_path / "cross"), "--label", "cross-host", timeout=1800)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         run = json.loads((tmp_path / "cross" / "loadtest.json").read_text())
+        # the API listens on every interface but answers only its clients (kvprov_engine_clients: the
+        # controller's side of each link): the controller connects; the host itself, from its own
+        # outside address (not a client), cannot (#24)
+        connect = "import socket; socket.create_connection(('{}', 8000), 5); print('connected')"
+        inside = ssh(*ADDR, f"python3 -c \"{connect.format(ADDR[0])}\" 2>&1 | tail -1", timeout=60).stdout
+        outside = subprocess.run([sys.executable, "-c", connect.format(ADDR[0])], capture_output=True, text=True)
+        assert outside.stdout.strip() == "connected" and "connected" not in inside, (outside, inside)
         rows = {(row["source"], row["instance"]): row for row in run["cross_host"]}
         print(f"cross-host rows: {rows}")
         assert set(rows) == {(f"{HOST}/main", f"{peer}/main"), (f"{peer}/main", f"{HOST}/main")}, run

@@ -133,13 +133,22 @@ def test_a_plugin_thread_count_is_a_positive_integer():
 
 # ---------------------------------------------------------------------------- engines
 
-def test_an_engine_reachable_beyond_loopback_wants_an_api_key(tmp_path):
-    warning = ("warning kvprov_engine_host: the engine listens on 0.0.0.0 without an API key: anyone who reaches it "
-               "can use the model and fill the KV cache; set kvprov_engine_api_key_file")
-    assert problems(kvprov_engine_host="0.0.0.0") == [warning]
+def test_an_engine_reachable_beyond_loopback_needs_an_api_key_and_its_clients(tmp_path):
+    """Closed by default (#24): beyond loopback, an API key and the clients' networks (the unit's
+    IPAddressAllow=), as vLLM's key leaves POST /invocations open."""
+    no_key = ("error kvprov_engine_host: the engine listens on 0.0.0.0 without an API key: anyone who reaches it "
+              "can use the model and fill the KV cache; set kvprov_engine_api_key_file")
+    no_clients = ("error kvprov_engine_host: the engine listens on 0.0.0.0 for any address: name its clients' "
+                  "networks in kvprov_engine_clients (e.g. [10.0.0.0/8]); vLLM's API key does not guard every route "
+                  "(POST /invocations serves without it), the unit's IPAddressAllow= does")
+    assert problems(kvprov_engine_host="0.0.0.0") == [no_key, no_clients]
     assert problems(kvprov_engine_host="::1") == problems(kvprov_engine_host="127.0.0.1") == []
     key = private_file(tmp_path, "key", "s3cret\n")
-    assert problems(kvprov_engine_host="0.0.0.0", kvprov_engine_api_key_file=key) == []
+    assert problems(kvprov_engine_host="0.0.0.0", kvprov_engine_api_key_file=key) == [no_clients]
+    assert problems(kvprov_engine_host="0.0.0.0", kvprov_engine_api_key_file=key,
+                    kvprov_engine_clients=["10.0.0.0/8"]) == []
+    assert problems(kvprov_engine_host="0.0.0.0", kvprov_engine_api_key_file=key, kvprov_engine_clients=["x y"]) == [
+        'error kvprov_engine_clients: item 1: "x y" is not an address or CIDR (e.g. 10.0.0.0/8)']
 
 
 S3_WARNING = ("talks to S3 and kvprov_engine_s3_credentials_file is not set: the AWS SDK then takes credentials "

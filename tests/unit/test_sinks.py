@@ -154,3 +154,16 @@ def test_a_template_value_is_checked_after_templating(tmp_path):
     assert r.returncode != 0 and "cannot compute the desired state" in out, out
     assert "unit command-line word" in out and "U+000A (newline)" in out and host in out
     assert not (tmp_path / "out").exists()
+
+
+def test_an_api_beyond_loopback_answers_only_its_clients(tmp_path):
+    host = "gpu-c01.corp.example.com"
+    key = tmp_path / "key"
+    key.write_text("k\n")
+    key.chmod(0o600)
+    r = render(tmp_path, host, {"kvprov_engine_host": "0.0.0.0", "kvprov_engine_api_key_file": str(key),
+                                "kvprov_engine_clients": ["10.1.0.0/16", "fd00::/64"]})
+    assert r.returncode == 0, r.stdout + r.stderr
+    unit = parsers.parse_unit((tmp_path / f"out/{host}/etc/systemd/system/kvprov-vllm-gpu0-3.service").read_text())
+    assert parsers.unit_value(unit, "Service", "IPAddressDeny") == "any"
+    assert parsers.unit_value(unit, "Service", "IPAddressAllow") == "localhost 10.1.0.0/16 fd00::/64"
