@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.server
 import json
 import ssl
-import subprocess
 import threading
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 from kvprov.storage import ontap
 from kvprov.storage.systems import System
+from tests.unit.test_storage_ontap import certificate  # noqa: F401 (the test CA fixture)
 
 USER, PASSWORD = "kvprov_ro", "S3cret-not-forwarded"
 
@@ -84,17 +84,6 @@ class RedirectHandler(http.server.BaseHTTPRequestHandler):
 def serve(server):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory) -> tuple[Path, Path]:
-    d = tmp_path_factory.mktemp("tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem"), "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-addext", "keyUsage=digitalSignature,keyCertSign",
-                    "-addext", "basicConstraints=critical,CA:TRUE"],
-                   check=True, capture_output=True)
-    return d / "cert.pem", d / "key.pem"
 
 
 @pytest.fixture
