@@ -973,12 +973,15 @@ def add_parser(sub) -> None:
 
 
 def restart_engine(sources: list[str], ep: Endpoint, timeout: float, probe_timeout: float) -> None:
-    """Restart the endpoint's engine units on its host (playbooks/restart.yml) and wait until it
-    answers /v1/models again; EndpointError when it does not."""
-    from kvprov import runner
+    """Restart the endpoint's engine units on its host (playbooks/restart.yml), under the
+    inventory's controller lock and the host's lock, and wait until it answers /v1/models
+    again; EndpointError when it does not (KvprovError EXIT_BUSY while another run holds a lock)."""
+    from kvprov import lock, runner
 
-    result = runner.run("restart.yml", sources, name="loadtest-restart", limit=ep.host, stream=sys.stderr,
-                        extravars={"kvprov_restart_units": ep.units})
+    command = "loadtest (engine restart)"
+    with lock.inventory_lock(sources, command):  # never while a deploy changes these hosts; then the host's lock
+        result = runner.run("restart.yml", sources, name="loadtest-restart", limit=ep.host, stream=sys.stderr,
+                            extravars={"kvprov_restart_units": ep.units, **lock.host_lock_vars(sources, command)})
     if result.failures or result.rc != 0:
         raise EndpointError("; ".join(f.message for f in result.failures) or f"ansible-playbook exited {result.rc}")
     deadline = time.monotonic() + timeout

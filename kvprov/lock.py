@@ -1,4 +1,5 @@
-"""One change at a time per inventory: `kvprov deploy` and `kvprov audit --fix` hold a
+"""One change at a time per inventory: `kvprov deploy`, `kvprov audit --fix` and every engine
+restart (`loadtest --replay`/`--cross-host`, `validate --engine-roundtrip`) hold a
 controller-side lock (flock on a file named after the inventory sources' real paths, sorted:
 the same sources in any order are the same inventory), so a second
 one is refused, naming the holder, instead of two runs pip-installing into the same venvs
@@ -7,6 +8,7 @@ and racing remounts. The lock goes with the process (a killed run leaves nothing
 from __future__ import annotations
 
 import fcntl
+import getpass
 import hashlib
 import json
 import os
@@ -55,12 +57,20 @@ def inventory_lock(inventory: str | list[str], command: str):
         os.close(fd)  # releases the lock
 
 
+def owner(inventory: str | list[str]) -> str:
+    """Who holds a host lock: this user on this controller with this inventory. Only the same
+    owner takes over a lock, and only while it holds the inventory's controller lock
+    (inventory_lock: the earlier run of that owner is gone); another user of the same bastion
+    is another owner, refused by name."""
+    return f"{getpass.getuser()}@{socket.gethostname()}:{','.join(_real(inventory))}"
+
+
 def host_lock_vars(inventory: str | list[str], command: str) -> dict:
-    """Extra vars for site.yml's host-side lock (plugins/modules/kvprov_host_lock.py): the
-    owner is this controller and inventory, so a rerun takes over what an interrupted run of
-    the same inventory left, and a run from anywhere else is refused by name."""
-    return {"kvprov_lock_owner": f"{socket.gethostname()}:{','.join(_real(inventory))}",
-            "kvprov_lock_command": f"kvprov {command}", "kvprov_run_id": secrets.token_hex(6)}
+    """Extra vars for the playbooks' host-side lock (plugins/modules/kvprov_host_lock.py;
+    site.yml, restart.yml): a rerun takes over what an interrupted run of the same owner
+    left, a run of any other owner is refused by name."""
+    return {"kvprov_lock_owner": owner(inventory), "kvprov_lock_command": f"kvprov {command}",
+            "kvprov_run_id": secrets.token_hex(6)}
 
 
 def _holder(fd: int) -> str:

@@ -98,3 +98,35 @@ def test_host_lock_never_follows_a_link_or_uses_a_directory_others_can_write(tmp
     run.chmod(0o777)
     with pytest.raises(PermissionError):
         hl.take(str(run / "deploy.lock"), "laptop:/inv.yml", "kvprov deploy", "r1", check=False)
+
+
+def test_another_user_of_the_same_controller_is_another_owner_refused_not_taken_over(tmp_path, monkeypatch):
+    """#24 finding 10: the owner is user@controller:inventory; only the same owner, holding the
+    inventory's controller lock (its earlier run is gone), takes a host lock over."""
+    inv = str(ROOT / "inventory/example.yml")
+    mine = lock.owner(inv)
+    monkeypatch.setenv("USER", "operator2")
+    monkeypatch.setenv("LOGNAME", "operator2")
+    theirs = lock.owner(inv)
+    assert mine != theirs and theirs.startswith("operator2@") and mine.split("@", 1)[1] == theirs.split("@", 1)[1]
+    path = str(tmp_path / "run" / "deploy.lock")
+    assert hl.take(path, theirs, "kvprov deploy", "r1", check=False) == (True, "")
+    ok, message = hl.take(path, mine, "kvprov loadtest (engine restart)", "r2", check=False)
+    assert not ok and f"`kvprov deploy` from {theirs} (run r1" in message
+
+
+def test_an_engine_restart_waits_for_no_one_and_takes_both_locks(tmp_path, monkeypatch):
+    """loadtest --replay/--cross-host and validate --engine-roundtrip restart engines: refused
+    while a deploy holds the inventory's lock, and restart.yml takes the host's lock."""
+    from kvprov import loadtest
+
+    monkeypatch.setenv("KVPROV_LOCK_DIR", str(tmp_path / "locks"))
+    inv = str(ROOT / "inventory/example.yml")
+    ep = loadtest.Endpoint(name="h/main", url="http://127.0.0.1:9", model_path="/m", host="h",
+                           units=["kvprov-vllm-main.service"])
+    with lock.inventory_lock(inv, "deploy"):
+        with pytest.raises(KvprovError) as e:
+            loadtest.restart_engine([inv], ep, 1, 1)
+    assert e.value.exit_code == EXIT_BUSY and "`kvprov deploy`" in str(e.value)
+    play = (ROOT / "playbooks/restart.yml").read_text()
+    assert play.index("kvprov_host_lock") < play.index("systemctl', 'restart'") < play.rindex("state: absent")
