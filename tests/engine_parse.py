@@ -26,8 +26,8 @@ Payloads:
   lmcache_yaml        {"text": "<LMCACHE_CONFIG_FILE contents>", "env": {}}
   sglang_argv         {"argv": [...sglang serve args...],
                        "files": {"/etc/kvprov/x.toml": "<text>"}, "env": {}}
-                      "@PATH" arguments naming a key of "files" are pointed at a
-                      temporary copy of that text.
+                      "@PATH" arguments, and arguments equal to a key of "files"
+                      (--config FILE), are pointed at a temporary copy of that text.
 
 What is called, per KIND (all engine functions; see the kvprov engine reference):
   vllm_argv: FlexibleArgumentParser + make_arg_parser (the API server's parser,
@@ -463,6 +463,8 @@ def _sglang_argv(payload: dict) -> dict:
             a = str(a)
             if a.startswith("@") and a[1:] in mapped:
                 a = "@" + mapped[a[1:]]
+            elif a in mapped:  # --config FILE (the unit's %d/<credential>)
+                a = mapped[a]
             argv.append(a)
         sa = _argparse_call(lambda: prepare_server_args(argv))
         handle_hicache_ratio_default(sa)
@@ -474,7 +476,7 @@ def _sglang_argv(payload: dict) -> dict:
                 "model_path", "host", "port", "tp_size", "page_size",
                 "enable_hierarchical_cache", "hicache_size", "hicache_ratio",
                 "hicache_write_policy", "hicache_io_backend", "hicache_mem_layout",
-                "hicache_storage_prefetch_policy", "hicache_storage_backend",
+                "hicache_storage_prefetch_policy", "hicache_storage_backend", "api_key",
             )
         }
         raw = sa.hicache_storage_backend_extra_config

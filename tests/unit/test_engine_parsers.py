@@ -255,6 +255,12 @@ CASES = [
          parsed={"nixl_plugin": "GDS_MT", "nixl_initparams": {"thread_count": "32", "active": "True"},
                  "hicache_mem_layout": "page_first", "page_size": 256,
                  "nixl_storage_dirs": ["/mnt/kvcache/h/i"]}),
+    # The API key as deploy gives it (#24): a root-only YAML systemd hands over as a credential,
+    # read by SGLang's own --config merger; nothing of it on the command line.
+    Case("sgl-api-key-from-credential", {**_sgl(), "argv": SGL_BASE + ["--config", "%d/sglang-api-key.yaml"],
+                                         "files": {TOML_PATH: TOML_GOOD,
+                                                   "%d/sglang-api-key.yaml": 'api-key: "sk-\\"x: #y"\n'}}, True,
+         parsed={"api_key": 'sk-"x: #y', "port": 8000}),
     Case("sgl-bad-mem-layout", _sgl(replace={"--hicache-mem-layout": "page_frist"}), False,
          error="argument --hicache-mem-layout: invalid choice: 'page_frist'"),
     Case("sgl-bad-write-policy", _sgl(replace={"--hicache-write-policy": "write_thru"}), False,

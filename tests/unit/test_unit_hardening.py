@@ -78,7 +78,9 @@ def test_the_api_key_reaches_no_rendered_file(tmp_path):
     files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
     assert files and not any("sk-kvprov-secret-42" in p.read_text() for p in files)
     sglang = (tmp_path / "out/s1/etc/systemd/system/kvprov-sglang-main.service").read_text()
-    assert "EnvironmentFile=/etc/kvprov/secrets/engine.env" in sglang and "--api-key ${KVPROV_ENGINE_API_KEY}" in sglang
+    # SGLang's key: a systemd credential read with --config (in no command line nor environment)
+    assert "LoadCredential=sglang-api-key.yaml:/etc/kvprov/secrets/sglang-api-key.yaml" in sglang
+    assert "--config %d/sglang-api-key.yaml" in sglang and "--api-key" not in sglang and "EnvironmentFile" not in sglang
     vllm = (tmp_path / "out/m1/etc/systemd/system/kvprov-vllm-main.service").read_text()
     server = (tmp_path / "out/m1/etc/systemd/system/kvprov-lmcache-main.service").read_text()
     assert "EnvironmentFile=/etc/kvprov/secrets/engine.env" in vllm and "EnvironmentFile" not in server
