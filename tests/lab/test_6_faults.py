@@ -168,7 +168,8 @@ def test_kv_volume_full_during_the_acceptance_test_fails_clearly_and_leaves_noth
 
 def test_links_planted_on_the_volume_where_probe_and_bench_write_touch_nothing_outside(lab, tmp_path):
     """Root on a peer (or anyone who can write the export) plants links where this host's
-    probe and acceptance test write: validate refuses them and the targets stay untouched."""
+    probe, acceptance test and engine storage directory go: validate and deploy refuse them
+    and the targets stay untouched."""
     victim = "/root/kvprov-victim"
     sh(GPU1, f"mkdir -p {victim} && echo keep > {victim}/file && chmod 0644 {victim}/file")
     listing = f"find {victim} -printf '%p %s %m %u %T@\\n' | sort"
@@ -180,6 +181,9 @@ def test_links_planted_on_the_volume_where_probe_and_bench_write_touch_nothing_o
     try:
         r = kvprov("validate", lab["inventory"], "--limit", "kvlab-gpu1", "--bench-seconds", "3",
                    "--json", str(tmp_path / "validate.json"), timeout=900)
+        # deploy walks each storage directory's path from the mount point without following a link
+        # (#24): the engine's <mount>/kvlab-gpu1/<instance> is refused at the planted link
+        d = kvprov("deploy", lab["inventory"], "--limit", "kvlab-gpu1", "--tags", "engine", timeout=1200)
     finally:
         sh(GPU1, f"cd {MNT} && rm -f .kvprov-kvlab-gpu1 kvlab-gpu1 && mv kvlab-gpu1.kvprov-test kvlab-gpu1")
     after = sh(GPU1, listing)
@@ -189,6 +193,8 @@ def test_links_planted_on_the_volume_where_probe_and_bench_write_touch_nothing_o
     results = results_of(tmp_path / "validate.json", "kvlab-gpu1")
     assert results["mount.io_probe"]["status"] == "fail" and "a link" in results["mount.io_probe"]["found"]
     assert results["bench.run"]["status"] == "fail" and "is a symbolic link" in results["bench.run"]["found"]
+    assert d.returncode != 0 and f"{MNT}/kvlab-gpu1 is a symbolic link: on the shared KV volume" in d.stdout, (
+        d.stdout[-3000:] + d.stderr[-2000:])
 
 
 def test_unreachable_and_failing_hosts_are_summarised_by_reason_and_rerun_from_the_retry_file(lab, tmp_path):
