@@ -44,7 +44,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = ["kvprov/mountstats.py", "kvprov/validate", "kvprov/audit.py", "kvprov/check.py",
+MODULES = ["kvprov/mountstats.py", "kvprov/validate", "kvprov/audit.py", "kvprov/check",
            "kvprov/inventory.py", "plugins/modules/kvprov_mount_state.py"]
 EQUIVALENT = ROOT / "benchmarks/mutation-equivalent.txt"
 RESULTS = ROOT / "benchmarks/results"
@@ -56,7 +56,7 @@ TESTS_FOR = {
                          "test_testinfra_checks.py", "test_collect*.py", "test_bundle*.py", "test_report*.py",
                          "test_checks_*.py", "test_parsers*.py"],
     "kvprov/audit.py": ["test_audit*.py", "test_validate_*.py"],
-    "kvprov/check.py": ["test_check*.py", "test_inventory*.py", "test_preflight.py", "test_storage_check_rules.py",
+    "kvprov/check": ["test_check*.py", "test_inventory*.py", "test_preflight.py", "test_storage_check_rules.py",
                         "test_secrets.py", "test_engine_configs.py"],
     "kvprov/inventory.py": ["test_inventory*.py", "test_limit_file.py", "test_check*.py", "test_preflight.py",
                             "test_storage_check_rules.py", "test_secrets.py", "test_engine_configs.py"],

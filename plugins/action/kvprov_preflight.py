@@ -1,5 +1,5 @@
 """Action plugin kvprov_preflight: check this host's kvprov_* variables on the controller with
-the rules of `kvprov check` itself (kvprov/check.py), before any role touches the host.
+the rules of `kvprov check` itself (kvprov/check/), before any role touches the host.
 
 Why this shape:
 - one rule set: the roles used to repeat a subset of kvprov check's rules as Jinja asserts,

@@ -1,4 +1,4 @@
-"""The tiers' sizes (kvprov/check_tiers.py): the host-DRAM tiers x TP x instances against the
+"""The tiers' sizes (kvprov/check/tiers.py): the host-DRAM tiers x TP x instances against the
 host's memory (an error with the arithmetic), and a storage tier smaller than the DRAM tier
 it backs (a warning). On one host's effective values as the preflight checks them, on
 inventory/example.yml through `kvprov check`, and through the preflight role itself: a real

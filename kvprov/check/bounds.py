@@ -9,7 +9,9 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvprov.check import Finding, HostView, Problem
+    from kvprov.check.host import HostView
+    from kvprov.check.values import Finding
+    from kvprov.inventory import Problem
 
 # A name that holds a secret: one of these words as a whole part of it (HF_TOKEN, VLLM_API_KEY,
 # DB_PASSWORD, --admin-api-key, --hf-token); TOKENIZERS_PARALLELISM or --max-num-batched-tokens
@@ -42,7 +44,7 @@ SYSTEM_ACCOUNTS = frozenset({
 
 
 def _finding(message: str, *path) -> "Finding":
-    from kvprov.check import Finding
+    from kvprov.check.values import Finding  # values imports this module for its rules
     return Finding(message, tuple(path))
 
 

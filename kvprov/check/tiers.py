@@ -1,5 +1,5 @@
 """Host rules of `kvprov check` on the sizes of an engine's tiers (called from
-kvprov/check.py engine_rules, so the roles' preflight runs them too):
+kvprov/check/engines.py engine_rules, so the roles' preflight runs them too):
 
 - host_memory   the host-DRAM tiers of every instance (SGLang's --hicache-size per TP rank,
                 vLLM's cpu_bytes_to_use, LMCache MP's L1, LMCache in-process's
@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvprov.check import HostView, Problem, instances_var, is_int
+from kvprov.check.host import HostView, instances_var
+from kvprov.check.values import is_int
+from kvprov.inventory import Problem
 
 GB, GIB = 10 ** 9, 1 << 30
 

@@ -1,0 +1,195 @@
+"""`kvprov check INVENTORY`: validate an inventory before any host is contacted.
+
+Types and choices come from the roles' meta/argument_specs.yml (the variable contract);
+this module adds what a spec cannot say: misspelt names, ranges, paths, and rules that
+span several variables or several hosts. Every problem names the file, line, host and
+variable, and says how to fix it.
+
+Three kinds of rules:
+- setting rules look at one variable where it is set (a group or host, in the inventory
+  file or in group_vars/host_vars), so a mistake in a group is reported once;
+- host rules look at a target host's effective values (role defaults included);
+- fleet rules look at all target hosts together (shared NIXL storage directories).
+
+The roles' preflight (roles/preflight, the kvprov_preflight action plugin) runs the setting
+and host rules of this module on each host's values as Ansible resolved them
+(`check_host_values`), so a plain ansible-playbook run is held to the same rules; the
+fleet rules and the rules on names and structure need the whole inventory and stay here.
+
+The package, by concern (each module says which rules it holds; kvprov/sinks.py has the
+formats of the places values land in, used by these rules and by the roles' templates):
+  values.py   one variable's value: spec types, formats, VALUE_RULES; the setting rules
+  host.py     HostView; the KV mount's, the acceptance test's and the address's host rules
+  engines.py  the engines' host rules (settings together, exposure, the evictor's marks)
+  tiers.py    the tiers' sizes against host memory and storage
+  bounds.py   what the engine may be given: secrets, loader paths, its account and home
+  fleet.py    storage directories and namespaces across hosts, hash seeds, rollout
+  storage.py  the storage systems' inventory (`kvprov storage check`)
+  this file   the command: every rule over an inventory, one host's values, the output
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from kvprov import inventory
+from kvprov.check.engines import engine_rules
+from kvprov.check.fleet import (StorageDir, hash_seeds, namespace_keys, rollout_settings, shared_storage_dirs,
+                                storage_dirs)
+from kvprov.check.host import HostView, instances_var, mount_rules
+from kvprov.check.storage import STORAGE_SPECS, controller_file, storage_credentials_file, storage_rules
+from kvprov.check.values import (DEPRECATED, LMCACHE_KEYS, LMCACHE_RENAMED, TIERLESS_ENGINES, Finding, VarSpec,
+                                 _instance, check_setting, describe, environment, extra_options,
+                                 fraction, int_range, is_int, is_template, lmcache_config, model_path, mount_point,
+                                 networks, nixl_plugins, non_negative, positive_number, read_specs, s3_credentials_file,
+                                 s3_secrets_in, s3_secrets_in_environment, secret_file, serial, spec_findings,
+                                 storage_dir_errors, storage_server, type_error, user_name)
+from kvprov.errors import EXIT_OK, EXIT_USAGE, KvprovError
+from kvprov.inventory import Host, Inventory, InventoryError, Origin, Problem, Setting, Var
+
+__all__ = ["Problem", "VarSpec", "check", "check_host_values", "host_from_values", "read_specs", "add_parser",
+           # the rules and names other modules and the tests use, from the modules below
+           "DEPRECATED", "LMCACHE_KEYS", "LMCACHE_RENAMED", "TIERLESS_ENGINES", "Finding", "HostView", "_instance",
+           "controller_file", "describe", "environment", "extra_options", "fraction", "instances_var", "int_range",
+           "is_int", "is_template", "lmcache_config", "model_path", "mount_point", "networks", "nixl_plugins",
+           "non_negative", "positive_number", "s3_credentials_file", "s3_secrets_in", "s3_secrets_in_environment",
+           "secret_file", "serial", "spec_findings", "storage_credentials_file", "storage_dir_errors", "storage_dirs",
+           "storage_server", "type_error", "user_name"]
+
+# ---------------------------------------------------------------------------- check
+
+def check_host(host: Host, specs: dict[str, VarSpec]) -> list[Problem]:
+    """The rules that span several of one host's variables (storage dirs: see storage_dirs)."""
+    h = HostView(host, specs)
+    return mount_rules(h) + engine_rules(h)
+
+
+def check(inv: Inventory, specs: dict[str, VarSpec] | None = None) -> list[Problem]:
+    """Every problem of an inventory, sorted by file and line. Contacts no host."""
+    specs = {**(specs if specs is not None else read_specs(inv.roles)), **STORAGE_SPECS}
+    problems = list(inv.issues) + storage_rules(inv, specs)
+    for setting in inv.settings:
+        problems += check_setting(setting, specs)
+    dirs: list[StorageDir] = []
+    for host in inv.hosts:
+        host_problems, host_dirs = _host_rules(host, specs)
+        problems += host_problems
+        dirs += host_dirs
+    problems += shared_storage_dirs(dirs) + namespace_keys(dirs)
+    views = [HostView(host, specs) for host in inv.hosts]
+    problems += hash_seeds(views) + rollout_settings(views)
+    return sorted(_unique(problems), key=lambda p: (p.file or "", p.line or 0, p.host or "", p.message))
+
+
+def _host_rules(host: Host, specs: dict[str, VarSpec]) -> tuple[list[Problem], list[StorageDir]]:
+    """One host's host rules and its storage dirs (with the problems of each dir on its own)."""
+    dirs = storage_dirs(HostView(host, specs))
+    return check_host(host, specs) + [p for d in dirs for p in d.problems], dirs
+
+
+# ---------------------------------------------------------------------------- one host (the roles' preflight)
+
+def host_from_values(name: str, values: dict[str, Any], defaults: dict[str, Var]) -> Host:
+    """A target host from its kvprov_* values as Ansible resolved them: the roles' defaults,
+    overlaid with every value that differs from its default. Ansible does not say where a
+    value was set, so the origins are unknown: problems name the host and the variable."""
+    unknown = Origin(None, None)  # type: ignore[arg-type]
+    merged = {n: v for n, v in defaults.items() if n.startswith("kvprov_")}
+    for n, value in values.items():
+        default = defaults.get(n)
+        if default is None or default.value != value:
+            merged[n] = Var(n, value, unknown)
+    return Host(name, unknown, ["all"], merged)
+
+
+def check_host_values(host: Host, specs: dict[str, VarSpec]) -> list[Problem]:
+    """One host's own problems, from its effective values: the setting rules on every value
+    that is not a role default (as if set on the host), the host rules and its storage dirs'
+    own problems. The roles' preflight runs this for each host (roles/preflight)."""
+    problems = [p for name, var in sorted(host.vars.items())
+                if not var.origin.default and DEPRECATED.get(name, name) in specs
+                for p in check_setting(Setting(var, host=host.name), specs)]
+    problems += _host_rules(host, specs)[0]
+    return _unique(problems)
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    return list(dict.fromkeys(problems))
+
+
+def has_errors(problems: list[Problem]) -> bool:
+    return any(p.severity == "error" for p in problems)
+
+
+# ---------------------------------------------------------------------------- output
+
+def format_lines(problems: list[Problem], max_hosts: int = 5) -> list[str]:
+    """One line per problem; the same problem on several hosts (a group setting) is one line."""
+    merged: dict[Problem, list[str]] = {}
+    for p in problems:
+        key = Problem(p.file, p.line, None, p.variable, p.message, p.severity, p.column)
+        merged.setdefault(key, [])
+        if p.host:
+            merged[key].append(p.host)
+    lines = []
+    for p, hosts in merged.items():
+        label = None
+        if hosts:
+            label = ("host " if len(hosts) == 1 else "hosts ") + ", ".join(hosts[:max_hosts])
+            if len(hosts) > max_hosts:
+                label += f" and {len(hosts) - max_hosts} more"
+        lines.append(p.format(label))
+    return lines
+
+
+def summary(path: str | list[str], hosts: list[str], problems: list[Problem]) -> str:
+    errors = sum(p.severity == "error" for p in problems)
+    warnings = len(problems) - errors
+    verdict = "OK" if not errors else "fix the errors before deploying"
+    return (f"{inventory.describe(path)}: {len(hosts)} host(s) checked, {errors} error(s), {warnings} warning(s): {verdict}")
+
+
+def run(path: str | list[str]) -> tuple[list[str], list[Problem]]:
+    """Load and check an inventory: (target host names, problems). Never raises for a bad inventory."""
+    try:
+        inv = inventory.load(path)
+    except InventoryError as e:
+        return [], e.problems
+    return inv.host_names, check(inv)
+
+
+def require_valid(path: str | list[str]) -> list[str]:
+    """What deploy, render and collect run first: print the problems, and stop (exit 2)
+    before any host is contacted if there is an error. Returns the target host names."""
+    hosts, problems = run(path)
+    for line in format_lines(problems):
+        print(line, file=sys.stderr)
+    if has_errors(problems):
+        raise KvprovError(summary(path, hosts, problems) + "; no host was contacted", EXIT_USAGE)
+    return hosts
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("check", help="validate an inventory (contacts no host)",
+                       description="Check an inventory against the roles' variable contract and "
+                                   "kvprov's rules; one line per problem. Contacts no host. "
+                                   "Exit 0: no errors (warnings allowed); 2: errors.")
+    inventory.add_inventory_args(p)
+    p.add_argument("--json", action="store_true", help='print {"ok", "hosts", "problems"} as JSON')
+    p.set_defaults(func=cmd_check)
+
+
+def cmd_check(args) -> int:
+    sources = inventory.from_args(args)
+    hosts, problems = run(sources)
+    ok = not has_errors(problems)
+    if args.json:
+        print(json.dumps({"ok": ok, "hosts": hosts, "problems": [asdict(p) for p in problems]}, indent=2))
+    else:
+        for line in format_lines(problems):
+            print(line)
+        print(summary(sources, hosts, problems))
+    return EXIT_OK if ok else EXIT_USAGE
