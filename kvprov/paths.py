@@ -1,9 +1,16 @@
-"""Where kvprov's Ansible content lives (the repository root of this package)."""
+"""Where kvprov's Ansible content lives: the collection kvprov.kvprov (galaxy.yml).
+
+A checkout or an editable install: the repository root, which is the collection.
+A wheel install: the copy the wheel carries inside the package (setup.py bundles it as
+kvprov/collection/ansible_collections/kvprov/kvprov)."""
 
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+_PACKAGE = Path(__file__).resolve().parent
+_BUNDLED = _PACKAGE / "collection" / "ansible_collections" / "kvprov" / "kvprov"
+BUNDLED = (_BUNDLED / "galaxy.yml").is_file()
+ROOT = _BUNDLED if BUNDLED else _PACKAGE.parent
 
 
 def playbooks_dir() -> Path:
@@ -16,6 +23,13 @@ def roles_dir() -> Path:
 
 def ansible_cfg() -> Path:
     return ROOT / "ansible.cfg"
+
+
+def collections_dir() -> Path:
+    """The directory whose ansible_collections/kvprov/kvprov is ROOT, for ANSIBLE_COLLECTIONS_PATH:
+    a wheel's kvprov/collection, or a checkout's .collections (its kvprov/kvprov is a link to
+    the repository root)."""
+    return ROOT.parents[2] if BUNDLED else ROOT / ".collections"
 
 
 def state_dir() -> Path:

@@ -54,14 +54,15 @@ class RunResult:
         return sorted(h for h, s in self.hosts.items() if s.failed)
 
 
-# ansible_collections/kvprov/kvprov here links to the repository root: the playbooks' FQCN
-# names (kvprov.kvprov.<role>, .<module>) resolve to this checkout's collection, ahead of
-# any copy installed elsewhere (ansible.cfg says the same for a plain ansible-playbook).
-COLLECTIONS = paths.ROOT / ".collections"
+# ansible_collections/kvprov/kvprov here is paths.ROOT (a checkout's .collections links to the
+# repository root; a wheel carries the collection there): the playbooks' FQCN names
+# (kvprov.kvprov.<role>, .<module>) resolve to this kvprov's own collection, ahead of any copy
+# installed elsewhere (ansible.cfg says the same for a plain ansible-playbook in a checkout).
+COLLECTIONS = paths.collections_dir()
 
 
 def collections_path() -> str:
-    """This checkout's collection first, then the user's own (their inventory plugins)."""
+    """This kvprov's collection first, then the user's own (their inventory plugins)."""
     rest = os.environ.get("ANSIBLE_COLLECTIONS_PATH", "~/.ansible/collections:/usr/share/ansible/collections")
     return os.pathsep.join([str(COLLECTIONS), rest])
 
