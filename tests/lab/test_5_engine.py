@@ -268,7 +268,8 @@ def test_validate_catches_a_stopped_server(engine, tmp_path):
 
 def test_validate_and_audit_catch_a_vllm_unit_pointing_at_the_wrong_port(engine, tmp_path):
     inv, _ = engine
-    sh(f"sed -i 's/\"lmcache.mp.port\":18000/\"lmcache.mp.port\":18001/' {VLLM_UNIT} && systemctl daemon-reload "
+    # the unit's JSON argument as systemd reads it: in double quotes, its own quotes escaped (\")
+    sh(f"sed -i 's/lmcache.mp.port\\\\\":18000/lmcache.mp.port\\\\\":18001/' {VLLM_UNIT} && systemctl daemon-reload "
        f"&& systemctl restart {VLLM}")
     r, results = validate(inv, tmp_path)
     unit = results["engine.main.unit"]
@@ -279,7 +280,7 @@ def test_validate_and_audit_catch_a_vllm_unit_pointing_at_the_wrong_port(engine,
     r = kvprov("audit", str(inv), "--json", str(out), timeout=600)
     audit = {x["id"]: x for x in json.loads(out.read_text())["hosts"][HOST]["results"]}
     assert r.returncode == 1 and audit[f"file:{VLLM_UNIT}"]["status"] == "fail"
-    assert '"lmcache.mp.port":18001}}' in audit[f"file:{VLLM_UNIT}"]["detail"]
+    assert 'lmcache.mp.port\\":18001}}' in audit[f"file:{VLLM_UNIT}"]["detail"]
     r = kvprov("deploy", str(inv), timeout=900)  # puts the unit back and restarts only this instance
     assert r.returncode == 0, r.stdout[-4000:]
     wait_healthy()
@@ -334,7 +335,7 @@ def test_the_same_engine_without_the_tier_serves_nothing_from_storage_after_a_re
 # drift for audit and the testinfra checks, which the next deploy puts back.
 CONFIG_ONLY = {  # engine: (settings, the file edited by hand, the edit, what audit must name besides the file)
     "vllm_offload": ({"kvprov_vllm_offload_cpu_bytes_to_use": 1073741824, "kvprov_vllm_offload_block_size": 128},
-                     "/etc/systemd/system/kvprov-vllm-main.service", "s/\"cpu_bytes_to_use\":1073741824/\"cpu_bytes_to_use\":1/",
+                     "/etc/systemd/system/kvprov-vllm-main.service", "s/_to_use..:1073741824,/_to_use\\\\\":1,/",
                      {"unit:kvprov-vllm-main.service"}),  # a unit file edited without daemon-reload
     "lmcache_inproc": ({"kvprov_lmcache_inproc_tier": "local_disk"},
                        "/etc/kvprov/lmcache-main.yaml", "s/^chunk_size: 256/chunk_size: 512/", set()),
