@@ -120,7 +120,7 @@ def test_only_the_static_pools_get_the_pool_cleanup_before_start(rendered):
                                   ("in-nixl", "kvprov-vllm-main.service", inproc)):
         assert pre(host, unit) == (
             f"ExecStartPre=/usr/bin/find -P {directory} -maxdepth 1 -user kvprov-engine -type f "
-            "-regextype posix-extended -regex .*/obj_[0-9]+_[0-9a-f]+[.]bin -delete"), host
+            '-regextype posix-extended -regex ".*/obj_[0-9]+_[0-9a-f]+[.]bin" -delete'), host  # quoted: a unit word
 
 
 def test_kvprovs_evictor_goes_where_lmcache_does_not_bound_the_directory(rendered):
