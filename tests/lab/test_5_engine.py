@@ -190,9 +190,10 @@ def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_name
         # controller's side of each link): systemd loaded the allow-list as rendered (#24). The lab's
         # nspawn containers cannot enforce it (no BPF cgroup firewall there: IPIngressBytes has no
         # data), so that it drops others is not proven here.
-        shown = sh(f"systemctl show -p IPAddressDeny -p IPAddressAllow {VLLM}").split()
-        assert set(shown) == {"IPAddressAllow=127.0.0.0/8", f"10.98.{INDEX}.1/32", "::1/128",
-                              "IPAddressDeny=0.0.0.0/0", "::/0"}, shown
+        shown = sh(f"systemctl show -p IPAddressDeny -p IPAddressAllow {VLLM}")
+        loaded = {key: set(value.split()) for key, _, value in (line.partition("=") for line in shown.splitlines())}
+        assert loaded == {"IPAddressAllow": {"127.0.0.0/8", f"10.98.{INDEX}.1/32", "::1/128"},
+                          "IPAddressDeny": {"0.0.0.0/0", "::/0"}}, shown
         rows = {(row["source"], row["instance"]): row for row in run["cross_host"]}
         print(f"cross-host rows: {rows}")
         assert set(rows) == {(f"{HOST}/main", f"{peer}/main"), (f"{peer}/main", f"{HOST}/main")}, run
