@@ -115,7 +115,7 @@ def test_another_user_of_the_same_controller_is_another_owner_refused_not_taken_
     assert not ok and f"`kvprov deploy` from {theirs} (run r1" in message
 
 
-def test_an_engine_restart_waits_for_no_one_and_takes_both_locks(tmp_path, monkeypatch):
+def test_an_engine_restart_is_refused_while_a_deploy_runs_and_takes_the_host_lock(tmp_path, monkeypatch):
     """loadtest --replay/--cross-host and validate --engine-roundtrip restart engines: refused
     while a deploy holds the inventory's lock, and restart.yml takes the host's lock."""
     from kvprov import loadtest
