@@ -75,7 +75,13 @@ def ensure(base: str, path: str, uid: int, gid: int, mode: int, check: bool) -> 
     Returns what changed (or would, in check mode); Refused on a link or a non-directory."""
     names = components(base, path)
     changes: list[str] = []
-    fd = os.open(base, DIR_FLAGS)
+    try:
+        fd = os.open(base, DIR_FLAGS)
+    except FileNotFoundError:
+        if not check:
+            raise
+        # check mode on a fresh host: the mount point is made (and mounted) by the storage role
+        return [f"created {posixpath.join(posixpath.normpath(base), *names)} (the mount point {base} is not there yet)"]
     try:
         shown = posixpath.normpath(base)
         for i, name in enumerate(names):

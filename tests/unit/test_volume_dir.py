@@ -63,3 +63,13 @@ def test_a_file_in_the_way_is_refused_and_a_path_outside_the_mount_is_an_error(t
     for bad in (tmp_path / "elsewhere", base, f"{base}/kv/../../x"):
         with pytest.raises(ValueError):
             vd.ensure(str(base), str(bad), UID, GID, 0o750, check=False)
+
+
+def test_check_mode_before_the_mount_point_exists_says_what_it_would_create(tmp_path):
+    """A fresh host in check mode: the storage role has not made the mount point yet."""
+    base, target = tmp_path / "mnt", tmp_path / "mnt/kv/model"
+    assert vd.ensure(str(base), str(target), UID, GID, 0o750, check=True) == [
+        f"created {target} (the mount point {base} is not there yet)"]
+    assert not base.exists()
+    with pytest.raises(FileNotFoundError):
+        vd.ensure(str(base), str(target), UID, GID, 0o750, check=False)
