@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import yaml
 
-from kvprov import paths
+from kvprov import paths, vault
 from kvprov.errors import EXIT_USAGE, KvprovError
 from kvprov.inventory_lint import (InventoryError, Problem, construct, did_you_mean, key_nodes,
                                    line_of, lint_inventory, lint_vars_file, mapping_items, parse_yaml)
@@ -165,6 +165,7 @@ def add_inventory_args(parser, required: bool = True, help: str | None = None) -
                         help="an inventory source after INVENTORY (repeatable, in order; INVENTORY may be left out): "
                              "merged as ansible-inventory -i merges them, a later source winning")
     parser.set_defaults(inventory_required=required)
+    vault.add_args(parser)
 
 
 def from_args(args) -> list[str]:
@@ -173,6 +174,9 @@ def from_args(args) -> list[str]:
     given = ([args.inventory] if args.inventory else []) + args.more_inventory
     if not given and args.inventory_required:
         raise KvprovError("give the inventory: INVENTORY or -i SOURCE (repeatable)", EXIT_USAGE)
+    if not getattr(args, "vault_configured", False):
+        vault.configure(args)
+        args.vault_configured = True
     return given
 
 
@@ -236,6 +240,8 @@ def plain(value: Any) -> Any:
         return int.__int__(value)
     if isinstance(value, float):
         return float.__float__(value)
+    if type(value).__name__ == "EncryptedString":  # an inline !vault value (ansible.parsing.vault)
+        return vault.decrypted(value)
     if isinstance(value, dict):
         return {plain(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -416,6 +422,7 @@ def _ansible(sources: list[str]):
 
     _init_plugin_loader()
     loader = DataLoader()
+    vault.set_secrets(loader)
     with _ansible_messages() as messages:
         try:
             manager = InventoryManager(loader=loader, sources=sources)
@@ -449,9 +456,29 @@ def _why(source: str, failures: list[tuple[str, str]]) -> str:
 def load(sources: str | Path | list[str | Path], roles: Path | None = None,
          target: str = TARGET_GROUP) -> Inventory:
     """Load inventory sources (whatever `ansible-inventory -i` takes, one or several) with
-    their group_vars/ and host_vars/ and the role defaults.
+    their group_vars/ and host_vars/ and the role defaults; vault-encrypted files and values
+    are decrypted with the passwords kvprov.vault gives.
 
     Raises InventoryError (exit code 2) when the inventory cannot be used at all."""
+    from ansible.errors import AnsibleError
+    from ansible.parsing.vault import AnsibleVaultError
+
+    try:
+        return _load(sources, roles, target)
+    except AnsibleError as error:  # a vars plugin wraps the vault's error in its own
+        e = next((x for x in (error, error.__cause__, error.__context__) if isinstance(x, AnsibleVaultError)), None)
+        if e is None:
+            raise
+        tag = _ansible_origin(getattr(e, "obj", None))
+        file = _Shown(source_list(sources))(tag.path) if tag is not None and getattr(tag, "path", None) else None
+        raise InventoryError(
+            f"cannot decrypt a vault-encrypted value: {e.message} Give its password as ansible-playbook takes "
+            "it: --vault-password-file FILE, --vault-id [LABEL@]SOURCE, -J/--ask-vault-pass, or "
+            "ANSIBLE_VAULT_PASSWORD_FILE (or vault_password_file in ansible.cfg)",
+            file or describe(source_list(sources)), getattr(tag, "line_num", None) if file else None) from None
+
+
+def _load(sources, roles, target) -> Inventory:
     from ansible.inventory.helpers import sort_groups
     from ansible.vars.plugins import get_vars_from_inventory_sources
 

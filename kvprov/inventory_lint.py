@@ -66,13 +66,32 @@ def scalar_text(node: yaml.Node | None) -> str | None:
     return node.value if isinstance(node, yaml.ScalarNode) else None
 
 
+VAULT_HEADER = "$ANSIBLE_VAULT;"  # a whole file encrypted with ansible-vault
+
+
+class _Constructor(SafeConstructor):
+    """yaml.safe_load's constructor plus Ansible's own tags: `!vault` (an inline encrypted
+    value: Ansible decrypts it, kvprov's lint sees only that it is one) and `!unsafe`."""
+
+
+_Constructor.add_constructor("!vault", lambda c, node: "<vaulted>")
+_Constructor.add_constructor("!unsafe", lambda c, node: c.construct_scalar(node))
+
+
 def construct(node: yaml.Node) -> Any:
-    """The Python value of a node, exactly as yaml.safe_load would build it."""
-    return SafeConstructor().construct_object(node, deep=True)
+    """The Python value of a node, as yaml.safe_load would build it (and Ansible's tags)."""
+    return _Constructor().construct_object(node, deep=True)
+
+
+def is_vaulted(text: str) -> bool:
+    return text.lstrip().startswith(VAULT_HEADER)
 
 
 def parse_yaml(text: str, file: str) -> yaml.Node | None:
-    """Compose a YAML document into nodes (None when empty); syntax errors -> InventoryError."""
+    """Compose a YAML document into nodes (None when empty, or a vault-encrypted file: Ansible
+    decrypts it, and its values have no lines); syntax errors -> InventoryError."""
+    if is_vaulted(text):
+        return None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         if node is not None:
@@ -93,7 +112,7 @@ def parse_yaml(text: str, file: str) -> yaml.Node | None:
 
 def mapping_items(node: yaml.MappingNode) -> list[tuple[str, yaml.Node, yaml.Node]]:
     """(key, key node, value node) of a mapping, with YAML merge keys (<<) applied."""
-    SafeConstructor().flatten_mapping(node)
+    _Constructor().flatten_mapping(node)
     return [(str(construct(k)), k, v) for k, v in node.value]
 
 

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
-from kvprov import inventory
+from kvprov import inventory, vault
 from kvprov.check.engines import engine_rules
 from kvprov.check.fleet import (StorageDir, hash_seeds, namespace_keys, rollout_settings, shared_storage_dirs,
                                 storage_dirs)
@@ -158,7 +158,8 @@ def run(path: str | list[str]) -> tuple[list[str], list[Problem]]:
         inv = inventory.load(path)
     except InventoryError as e:
         return [], e.problems
-    return inv.host_names, check(inv)
+    # a value decrypted from the vault is never shown
+    return inv.host_names, [replace(p, message=vault.hide(p.message)) for p in check(inv)]
 
 
 def require_valid(path: str | list[str]) -> list[str]:

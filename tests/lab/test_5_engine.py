@@ -93,6 +93,25 @@ def engine_inventory(d, *indexes):
     return inv
 
 
+def vaulted_copy(inv, d) -> list[str]:
+    """The same inventory the way a vault user keeps it (#25): the engine group's variables in a
+    vault-encrypted group_vars file, one of them an inline `!vault` value in a plain one.
+    Returns the inventory and vault arguments for kvprov."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    lock = VaultLib([("default", VaultSecret(b"kvprov-lab-vault"))])
+    data = yaml.safe_load(inv.read_text())
+    moved = data["all"]["children"]["gpu_nodes"]["children"]["lab_engine"].pop("vars")
+    host = moved.pop("kvprov_engine_host")
+    (d / "group_vars").mkdir()
+    (d / "group_vars/lab_engine.yml").write_text(lock.encrypt(yaml.safe_dump(moved)).decode())
+    inline = "\n".join("  " + line for line in lock.encrypt(host).decode().splitlines())
+    (d / "group_vars/gpu_nodes.yml").write_text(f"kvprov_engine_host: !vault |\n{inline}\n")
+    (d / "inv.yml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (d / "pw").write_text("kvprov-lab-vault\n")
+    return [str(d / "inv.yml"), "--vault-password-file", str(d / "pw")]
+
+
 @pytest.fixture(scope="module")
 def engine(lab, tmp_path_factory):
     """The engine inventory, deployed: (inventory path, first deploy's JSON)."""
@@ -108,7 +127,8 @@ def engine(lab, tmp_path_factory):
     return inv, json.loads(out.read_text())
 
 
-def test_deploy_installs_and_starts_a_real_engine_and_a_second_deploy_changes_nothing(engine, tmp_path):
+def test_deploy_installs_and_starts_a_real_engine_and_a_second_deploy_from_a_vaulted_copy_changes_nothing(
+        engine, tmp_path):
     inv, first = engine
     fresh = os.environ.get("KVPROV_TEST_REUSE_LAB") != "1"  # a reused lab may be deployed already
     assert first["hosts"][HOST]["failed"] == 0 and (first["hosts"][HOST]["changed"] > 0 or not fresh)
@@ -117,7 +137,8 @@ def test_deploy_installs_and_starts_a_real_engine_and_a_second_deploy_changes_no
     assert sh(f"systemctl is-active {SERVER} {VLLM}").split() == ["active", "active"]
     assert sh(f"systemctl show -p User --value {VLLM}").strip() == "kvprov-engine"
     out = tmp_path / "again.json"
-    r = kvprov("deploy", str(inv), "--full", "--json", str(out), timeout=1200)  # the whole playbook again
+    # the whole playbook again, from the vault-encrypted copy: the same desired state, nothing to change
+    r = kvprov("deploy", *vaulted_copy(inv, tmp_path), "--full", "--json", str(out), timeout=1200)
     assert r.returncode == 0 and json.loads(out.read_text())["hosts"][HOST]["changed"] == 0, r.stdout[-4000:]
 
 

@@ -1,0 +1,112 @@
+"""Ansible Vault for every command, with Ansible's own mechanisms.
+
+The passwords come from what ansible-playbook itself takes: `--vault-id [LABEL@]SOURCE`,
+`--vault-password-file FILE`, `-J/--ask-vault-pass` on the command line, and
+ANSIBLE_VAULT_PASSWORD_FILE / ANSIBLE_VAULT_IDENTITY_LIST or their keys in the ansible.cfg
+Ansible finds (`vault_password_file`, `vault_identity_list`). kvprov reads the inventory with
+them (whole encrypted files and inline `!vault` values) and hands the same sources to every
+ansible-playbook it starts. `--ask-vault-pass` prompts once; the password then lives in a
+root-only file in a private directory for the life of the command, removed at exit.
+
+Decrypted values are remembered (`hide`): kvprov's own messages show `<vaulted>` instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import getpass
+import json
+import os
+import shutil
+import tempfile
+
+SHOWN = "<vaulted>"
+
+_cli_ids: list[str] = []  # what the command line gave, as vault-id slugs ('label@source')
+_secrets: set[str] = set()  # every decrypted string value, for hide()
+
+
+def add_args(parser) -> None:
+    g = parser.add_argument_group("Ansible Vault (as ansible-playbook takes them; ANSIBLE_VAULT_PASSWORD_FILE "
+                                  "and ansible.cfg's vault_password_file work too)")
+    g.add_argument("--vault-id", action="append", default=[], dest="vault_ids", metavar="[LABEL@]SOURCE",
+                   help="a vault identity: a password file, a script, or 'prompt' (repeatable)")
+    g.add_argument("--vault-password-file", "--vault-pass-file", action="append", default=[],
+                   dest="vault_password_files", metavar="FILE", help="a vault password file or script (repeatable)")
+    g.add_argument("-J", "--ask-vault-pass", "--ask-vault-password", action="store_true", dest="ask_vault_pass",
+                   help="ask for the vault password (once)")
+
+
+def configure(args) -> None:
+    """The vault sources the command line gave (Ansible adds its configured ones itself);
+    --ask-vault-pass and --vault-id LABEL@prompt ask now, once."""
+    _cli_ids.clear()
+    ids = [*getattr(args, "vault_ids", []), *getattr(args, "vault_password_files", [])]
+    if getattr(args, "ask_vault_pass", False):
+        ids.append("prompt")
+    for slug in ids:
+        label, _, source = slug.rpartition("@")
+        if source == "prompt":
+            source = _password_file(getpass.getpass(f"Vault password{f' ({label})' if label else ''}: "))
+        elif os.path.exists(source):  # ansible-playbook runs elsewhere: a relative path would be lost
+            source = os.path.abspath(source)
+        _cli_ids.append(f"{label}@{source}" if label else source)
+
+
+def _password_file(password: str) -> str:
+    """A root-only file holding a prompted password, in a private directory removed at exit."""
+    directory = tempfile.mkdtemp(prefix="kvprov-vault-")  # 0700
+    atexit.register(shutil.rmtree, directory, True)
+    path = os.path.join(directory, "password")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(password + "\n")
+    return path
+
+
+def set_secrets(loader) -> None:
+    """Give Ansible's DataLoader the passwords: the command line's, then Ansible's configured ones."""
+    from ansible.cli import CLI
+    from ansible.parsing.vault import VaultSecretsContext
+
+    ids = [s for s in _cli_ids if "@" in s]
+    files = [s for s in _cli_ids if "@" not in s]
+    secrets = CLI.setup_vault_secrets(loader, vault_ids=ids, vault_password_files=files, ask_vault_pass=False,
+                                      auto_prompt=False, initialize_context=False)
+    loader.set_vault_secrets(secrets)
+    context = VaultSecretsContext.current(optional=True)  # what inline values decrypt with: once a process
+    if context is None:
+        VaultSecretsContext.initialize(VaultSecretsContext(secrets))
+    else:
+        context.secrets = secrets
+
+
+def playbook_args() -> list[str]:
+    """The command line's vault sources for ansible-playbook (it reads the configured ones
+    from the environment and ansible.cfg itself)."""
+    from ansible import constants as C
+
+    words = [w for s in _cli_ids for w in ("--vault-id", s)]
+    # kvprov's runs use kvprov's ansible.cfg: a password file named in the user's must be passed on
+    if C.DEFAULT_VAULT_PASSWORD_FILE and "ANSIBLE_VAULT_PASSWORD_FILE" not in os.environ:
+        words += ["--vault-password-file", str(C.DEFAULT_VAULT_PASSWORD_FILE)]
+    if C.DEFAULT_VAULT_IDENTITY_LIST and "ANSIBLE_VAULT_IDENTITY_LIST" not in os.environ:
+        words += [w for s in C.DEFAULT_VAULT_IDENTITY_LIST for w in ("--vault-id", s)]
+    return words
+
+
+def decrypted(value) -> str:
+    """An inline !vault value as plain text (remembered for hide)."""
+    from kvprov.sinks import shown
+
+    text = str(value)
+    if text:  # as it is, and as kvprov's messages, JSON and repr() escape it
+        _secrets.update({text, shown(text), shown(text, limit=len(text) * 6), json.dumps(text)[1:-1], repr(text)[1:-1]})
+    return text
+
+
+def hide(text: str) -> str:
+    """Text with every decrypted value replaced by <vaulted>."""
+    for secret in sorted(_secrets, key=len, reverse=True):
+        text = text.replace(secret, SHOWN)
+    return text

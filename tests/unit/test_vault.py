@@ -1,0 +1,115 @@
+"""Ansible Vault (#25): a vault-encrypted group_vars file and an inline `!vault` value give
+the same `check` and `render` as the plaintext inventory, with every way Ansible takes the
+password (--vault-password-file, --vault-id, -J/--ask-vault-pass, ANSIBLE_VAULT_PASSWORD_FILE,
+vault_password_file in the user's ansible.cfg); without it, a clear error naming the file
+(exit 2); a decrypted value never appears in check's messages. `render` runs ansible-playbook,
+so the password reaches Ansible's own runs too."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.parsing.vault import VaultLib, VaultSecret
+
+from tests.conftest import ROOT
+
+PASSWORD = "kvprov-vault-pw"
+MODEL = "/models/Vaulted-8B"
+GROUP_VARS = "kvprov_storage_profile: local\nkvprov_storage_pnfs_layout: none\nkvprov_engine_host: 127.0.0.1\n"
+INVENTORY = "all:\n  children:\n    gpu_nodes:\n      hosts:\n        v1:\n          ansible_host: 10.0.0.5\n"
+
+
+def encrypt(text: str) -> str:
+    return VaultLib([("default", VaultSecret(PASSWORD.encode()))]).encrypt(text).decode()
+
+
+def write_inventory(d: Path, vaulted: bool, model: str = MODEL) -> Path:
+    (d / "group_vars").mkdir(parents=True)
+    (d / "inv.yml").write_text(INVENTORY)
+    (d / "group_vars/gpu_nodes.yml").write_text(encrypt(GROUP_VARS) if vaulted else GROUP_VARS)
+    if vaulted:  # an inline value in a plain file
+        inline = "\n".join("  " + line for line in encrypt(model).splitlines())
+        (d / "group_vars/all.yml").write_text(f"kvprov_engine_model_path: !vault |\n{inline}\n")
+    else:
+        (d / "group_vars/all.yml").write_text(f"kvprov_engine_model_path: {model}\n")
+    (d / "pw").write_text(PASSWORD + "\n")
+    return d / "inv.yml"
+
+
+def kvprov(cwd: Path, *args: str, env: dict | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_VAULT")}
+    return subprocess.run([sys.executable, "-m", "kvprov", *args], cwd=cwd, env={**clean, **(env or {})},
+                          input=stdin, capture_output=True, text=True, timeout=600)
+
+
+def same_tree(a: Path, b: Path) -> list[str]:
+    """Files that differ or exist on one side only."""
+    cmp = filecmp.dircmp(a, b)
+    out = [*cmp.left_only, *cmp.right_only, *cmp.diff_files, *cmp.funny_files]
+    for sub in cmp.common_dirs:
+        out += [f"{sub}/{x}" for x in same_tree(a / sub, b / sub)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def plain_render(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("plain")
+    write_inventory(d, vaulted=False)
+    r = kvprov(d, "render", "inv.yml", "--out", "out")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert MODEL in (d / "out/v1/etc/systemd/system/kvprov-sglang-main.service").read_text()
+    return d / "out"
+
+
+WAYS = {
+    "--vault-password-file": (["--vault-password-file", "pw"], {}, None, None),
+    "--vault-id": (["--vault-id", "prod@pw"], {}, None, None),
+    "-J (asked once)": (["-J"], {}, PASSWORD + "\n", None),
+    "ANSIBLE_VAULT_PASSWORD_FILE": ([], {"ANSIBLE_VAULT_PASSWORD_FILE": "pw"}, None, None),
+    "the user's ansible.cfg": ([], {}, None, "[defaults]\nvault_password_file = pw\n"),
+}
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_vaulted_inventory_checks_and_renders_as_the_plaintext_one(tmp_path, plain_render, way):
+    args, env, stdin, cfg = WAYS[way]
+    write_inventory(tmp_path, vaulted=True)
+    if cfg:
+        (tmp_path / "ansible.cfg").write_text(cfg)  # Ansible reads ./ansible.cfg; kvprov passes its password on
+        env = {**env, "ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg")}
+    if "ANSIBLE_VAULT_PASSWORD_FILE" in env:
+        env = {**env, "ANSIBLE_VAULT_PASSWORD_FILE": str(tmp_path / env["ANSIBLE_VAULT_PASSWORD_FILE"])}
+    r = kvprov(tmp_path, "check", "inv.yml", *args, env=env, stdin=stdin)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = kvprov(tmp_path, "render", "inv.yml", "--out", "out", *args, env=env, stdin=stdin)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert same_tree(plain_render, tmp_path / "out") == []
+    assert not [p for p in Path("/tmp").glob("kvprov-vault-*")], "the prompted password's file stays behind"
+
+
+def test_without_the_password_the_error_names_the_file_and_nothing_is_rendered(tmp_path):
+    write_inventory(tmp_path, vaulted=True)
+    for command in (["check", "inv.yml"], ["render", "inv.yml", "--out", "out"]):
+        r = kvprov(tmp_path, *command)
+        assert r.returncode == 2, r.stdout + r.stderr
+        out = r.stdout + r.stderr
+        assert re.search(r"group_vars/(all|gpu_nodes)\.yml(:1)?: cannot decrypt", out) and "--vault-password-file" in out
+        assert "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists()
+    r = kvprov(tmp_path, "check", "inv.yml", "--vault-password-file", str(ROOT / "README.md"))  # the wrong one
+    assert r.returncode == 2 and "Decryption failed" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_check_never_shows_a_decrypted_value(tmp_path):
+    bad = "/models/Vaulted\tsecret-name"  # refused (a tab), and shown escaped in the message
+    write_inventory(tmp_path, vaulted=True, model=bad)
+    r = kvprov(tmp_path, "check", "inv.yml", "--vault-password-file", "pw")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "kvprov_engine_model_path" in r.stdout and "<vaulted>" in r.stdout, r.stdout
+    assert "secret-name" not in r.stdout + r.stderr
