@@ -107,7 +107,7 @@ MUTATIONS = {
                        ("--hicache-mem-layout", "page_first", "page_frist"), "invalid choice: 'page_frist'"),
     "vllm_offload": ("vllm_offload_nodes", {"kvprov_vllm_offload_block_size": 24},
                      "gpu-c01.corp.example.com/kvprov-vllm-gpu0-3.service",
-                     ("--kv-transfer-config", '"block_size":64', '"block_size":24'), "must be a multiple"),
+                     ("--kv-transfer-config", '"block_size":256', '"block_size":24'), "must be a multiple"),
     "lmcache_mp": ("lmcache_mp_nodes", {"kvprov_lmcache_mp_transfer_mode": "automatic"},
                    "gpu-c02.corp.example.com/kvprov-lmcache-gpu0-3.service",
                    ("--supported-transfer-mode", "auto", "automatic"), "invalid choice: 'automatic'"),

@@ -109,7 +109,7 @@ def test_hosts_sharing_a_namespace_must_agree_on_what_names_its_files():
     problems = found(fleet({"a": VLLM, "b": {**VLLM, "kvprov_vllm_offload_block_size": 32},
                             "c": {**VLLM, "kvprov_engine_namespace": "other", "kvprov_vllm_block_size": 32}}))
     assert problems == [
-        "error b kvprov_vllm_offload_block_size: 32 differs from host a's 64 (a role default), which shares the "
+        "error b kvprov_vllm_offload_block_size: 32 differs from host a's 256 (a role default), which shares the "
         "namespace /mnt/kvcache/kv/vllm_offload/Qwen-Qwen3-8B on 10.0.0.5:/kvcache: the engine names its files by "
         "it, so neither host would ever hit the other's pages; make them equal, or give these hosts their own "
         "kvprov_engine_namespace"]
