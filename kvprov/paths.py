@@ -21,10 +21,6 @@ def roles_dir() -> Path:
     return ROOT / "roles"
 
 
-def ansible_cfg() -> Path:
-    return ROOT / "ansible.cfg"
-
-
 def collections_dir() -> Path:
     """The directory whose ansible_collections/kvprov/kvprov is ROOT, for ANSIBLE_COLLECTIONS_PATH:
     a wheel's kvprov/collection, or a checkout's .collections (its kvprov/kvprov is a link to

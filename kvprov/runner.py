@@ -3,6 +3,7 @@ failing tasks' messages in plain words, and the run's artifacts kept on disk."""
 
 from __future__ import annotations
 
+import configparser
 import difflib
 import json
 import os
@@ -61,10 +62,61 @@ class RunResult:
 COLLECTIONS = paths.collections_dir()
 
 
-def collections_path() -> str:
-    """This kvprov's collection first, then the user's own (their inventory plugins)."""
-    rest = os.environ.get("ANSIBLE_COLLECTIONS_PATH", "~/.ansible/collections:/usr/share/ansible/collections")
-    return os.pathsep.join([str(COLLECTIONS), rest])
+def collections_path(ini: configparser.ConfigParser | None = None, cfg: str | None = None) -> str:
+    """This kvprov's collection first, then the user's own (their inventory plugins): from
+    ANSIBLE_COLLECTIONS_PATH, else their ansible.cfg's collections_path, else Ansible's default."""
+    rest = os.environ.get("ANSIBLE_COLLECTIONS_PATH")
+    if rest is None and ini is not None and cfg:
+        for key in ("collections_path", "collections_paths"):
+            if ini.has_option("defaults", key):  # relative entries are relative to the file, as Ansible reads them
+                rest = os.pathsep.join(os.path.join(os.path.dirname(cfg), os.path.expanduser(p))
+                                       for p in ini.get("defaults", key).split(os.pathsep) if p)
+                break
+    return os.pathsep.join([str(COLLECTIONS), rest or "~/.ansible/collections:/usr/share/ansible/collections"])
+
+
+# What kvprov's runs need where the user's configuration says nothing: (environment variable,
+# value, where ansible.cfg would set it). The user's ansible.cfg (found as Ansible finds it,
+# from kvprov's working directory) and environment come first; host key checking is never
+# turned off here, as ansible-runner would by default (the lab's inventories turn it off for
+# the lab's own hosts).
+LAYERED = [
+    ("ANSIBLE_FORKS", "50", [("defaults", "forks")]),
+    ("ANSIBLE_PIPELINING", "True", [("defaults", "pipelining"), ("connection", "pipelining"),
+                                    ("ssh_connection", "pipelining")]),
+    ("ANSIBLE_SSH_ARGS", "-o ControlMaster=auto -o ControlPersist=120s", [("ssh_connection", "ssh_args")]),
+    ("ANSIBLE_PYTHON_INTERPRETER", "auto_silent", [("defaults", "interpreter_python")]),
+]
+_told: set[str] = set()
+
+
+def ansible_env(verbose: bool = False, stream=None) -> dict[str, str]:
+    """The environment of kvprov's ansible-playbook runs: the user's ansible.cfg (named by
+    ANSIBLE_CONFIG, since the runs start elsewhere) with kvprov's necessities layered on top;
+    with verbose, each layer is said once."""
+    from ansible.config.manager import find_ini_config_file
+
+    cfg = find_ini_config_file()
+    ini = configparser.ConfigParser(interpolation=None, strict=False)
+    if cfg:
+        ini.read(cfg)
+    env = {"ANSIBLE_COLLECTIONS_PATH": collections_path(ini, cfg), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
+    said = [f"ansible.cfg: {cfg or 'none found (Ansible defaults)'}",
+            f"collections path: kvprov's collection ({COLLECTIONS}) first"]
+    if cfg:
+        env["ANSIBLE_CONFIG"] = cfg
+    # ansible-runner turns host key checking off unless told: say what Ansible itself would do
+    env["ANSIBLE_HOST_KEY_CHECKING"] = os.environ.get("ANSIBLE_HOST_KEY_CHECKING") or next(
+        (ini.get(section, "host_key_checking") for section in ("defaults", "ssh_connection")
+         if ini.has_option(section, "host_key_checking")), "True")
+    for name, value, keys in LAYERED:
+        if name not in os.environ and not any(ini.has_option(section, key) for section, key in keys):
+            env[name] = value
+            said.append(f"{name}={value} (not set in your configuration)")
+    if verbose and stream is not None and said[0] not in _told:
+        _told.add(said[0])
+        print("kvprov: " + "; ".join(said), file=stream)
+    return env
 
 
 def runs_dir() -> Path:
@@ -172,8 +224,7 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
         limit=limit,
         tags=tags,
         cmdline=cmdline or None,
-        envvars={"ANSIBLE_CONFIG": str(paths.ansible_cfg()), "ANSIBLE_COLLECTIONS_PATH": collections_path(),
-                 "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"},
+        envvars=ansible_env(verbose, stream),
         event_handler=printer,
         quiet=True,
     )

@@ -28,6 +28,7 @@ template. Never changed, check-mode safe, contacts no host.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ansible.plugins.action import ActionBase
@@ -35,10 +36,10 @@ from ansible.plugins.action import ActionBase
 HERE = Path(__file__).resolve()
 ROLES = HERE.parents[2] / "roles"  # plugins/action/kvprov_preflight.py -> the collection's roles/
 try:
-    from kvprov import check, inventory
+    from kvprov import check, inventory, vault
 except ImportError:  # not installed: the repository this role ships in
     sys.path.insert(0, str(ROLES.parent))
-    from kvprov import check, inventory
+    from kvprov import check, inventory, vault
 
 _RULES: tuple[dict, dict] | None = None
 
@@ -80,6 +81,7 @@ class ActionModule(ActionBase):
         host = str(task_vars.get("inventory_hostname", "?"))
         values = self._values(task_vars, specs, defaults)
         problems = check.check_host_values(check.host_from_values(host, values, defaults), specs)
+        problems = [replace(p, message=vault.hide(p.message)) for p in problems]  # no decrypted value shown
         errors = [p for p in problems if p.severity == "error"]
         warnings = [p for p in problems if p.severity != "error"]
         result["kvprov_problems"] = [{"host": p.host, "variable": p.variable, "message": p.message,
@@ -104,6 +106,8 @@ class ActionModule(ActionBase):
             spec = specs.get(check.DEPRECATED.get(name, name)) if name.startswith("kvprov_") else None
             if spec is None:
                 continue
+            if type(value).__name__ == "EncryptedString":  # an inline !vault value, as kvprov check reads it
+                value = vault.decrypted(value)
             default = defaults.get(name)
             if check.is_template(value) and (default is None or default.value != value):
                 if context is None:

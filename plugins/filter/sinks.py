@@ -18,19 +18,21 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from kvprov import sinks
+    from kvprov import sinks, vault
 except ImportError:  # not installed: the repository this collection ships in
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from kvprov import sinks
+    from kvprov import sinks, vault
 from kvprov.validate.parsers import mount_state
 
 
 def _filter(function):
     def run(*args):
+        # an inline !vault value arrives encrypted; judged decrypted, and never shown
+        args = tuple(vault.decrypted(a) if type(a).__name__ == "EncryptedString" else a for a in args)
         try:
             return function(*args)
         except sinks.SinkError as e:
-            raise AnsibleFilterError(f"kvprov refuses to render this value: {e}") from None
+            raise AnsibleFilterError(f"kvprov refuses to render this value: {vault.hide(str(e))}") from None
     run.__name__ = function.__name__
     return run
 

@@ -7,11 +7,14 @@ host back to a clean audit. Runs after test_2_deploy (kvlab-gpu1 and kvlab-c1 de
 """
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kvprov import lock
 from kvprov.lab import topology
@@ -56,6 +59,39 @@ def test_clean_lab_audits_clean_and_passes_testinfra(lab, tmp_path):
     t = run_testinfra(lab, tmp_path, HOSTS)
     assert t.returncode == 0, t.stdout[-4000:]
     assert "passed" in t.stdout and "failed" not in t.stdout
+
+
+def test_the_users_ansible_cfg_is_honoured_unknown_host_keys_refused_and_its_control_path_used(lab, tmp_path):
+    """#25: run from a directory with the user's own ansible.cfg (host_key_checking = True, ssh
+    args with their ControlPath and known_hosts), kvprov's runs use it: a host whose key is
+    unknown is refused (unreachable, exit 3); once its key is known, the audit runs, over the
+    user's ControlPath."""
+    data = yaml.safe_load(Path(lab["inventory"]).read_text())
+    del data["all"]["vars"]["ansible_ssh_common_args"]  # the lab's own "no host key checking"
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump(data, sort_keys=False))
+    known, sockets = tmp_path / "known_hosts", Path(tempfile.mkdtemp(prefix="cp", dir="/tmp"))  # a socket's path is short
+    known.touch()
+    (tmp_path / "ansible.cfg").write_text(
+        "[defaults]\nhost_key_checking = True\n[ssh_connection]\n"
+        f"ssh_args = -o ControlMaster=auto -o ControlPersist=30s -o ControlPath={sockets}/%C "
+        f"-o UserKnownHostsFile={known}\n")
+
+    def user_audit():
+        return subprocess.run([sys.executable, "-m", "kvprov", "audit", str(inv), "--limit", "kvlab-c1"],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=600)
+
+    try:
+        r = user_audit()
+        assert r.returncode == 3 and "Host key verification failed" in r.stdout + r.stderr, r.stdout + r.stderr
+        assert not list(sockets.iterdir())
+        keys = subprocess.run(["ssh-keyscan", "-T", "10", C1[0]], capture_output=True, text=True, timeout=60)
+        known.write_text(keys.stdout)
+        r = user_audit()
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        assert list(sockets.iterdir()), "the user's ControlPath was not used"
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def test_testinfra_over_paramiko_maps_the_host_to_the_inventory(lab, tmp_path):

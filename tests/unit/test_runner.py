@@ -1,5 +1,6 @@
-"""The runner's pure parts: what deploy prints from Ansible's events."""
+"""The runner's pure parts: what deploy prints from Ansible's events, and the environment of its runs."""
 
+import io
 from pathlib import Path
 
 from kvprov import runner
@@ -19,3 +20,41 @@ def test_deploy_diffs_are_printed_as_unified_diffs():
     assert "-b\n+c" in text
     assert "--- h2: Create the dir\n  state: absent -> directory" in text
     assert "h3" not in text
+
+
+def _no_user_config(monkeypatch, cwd):
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("HOME", str(cwd))  # no ~/.ansible.cfg
+    for name in ("ANSIBLE_CONFIG", "ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_HOST_KEY_CHECKING", *(n for n, _, _ in runner.LAYERED)):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_the_users_ansible_cfg_is_the_base_and_kvprov_fills_only_what_it_leaves_unset(tmp_path, monkeypatch):
+    """#25: the runs read the user's ansible.cfg (found as Ansible finds it, from kvprov's working
+    directory: the runs themselves start elsewhere); kvprov's settings only where it says nothing,
+    and never host_key_checking."""
+    _no_user_config(monkeypatch, tmp_path)
+    (tmp_path / "ansible.cfg").write_text(
+        "[defaults]\nforks = 7\nhost_key_checking = True\ncollections_path = mine:/opt/theirs\n"
+        "[ssh_connection]\nssh_args = -o ControlMaster=auto -o ControlPath=/tmp/ours-%C\n")
+    env = runner.ansible_env()
+    assert env["ANSIBLE_CONFIG"] == str(tmp_path / "ansible.cfg")
+    assert "ANSIBLE_FORKS" not in env and "ANSIBLE_SSH_ARGS" not in env  # theirs
+    assert env["ANSIBLE_PIPELINING"] == "True" and env["ANSIBLE_PYTHON_INTERPRETER"] == "auto_silent"
+    assert env["ANSIBLE_COLLECTIONS_PATH"].split(":") == [str(runner.COLLECTIONS), str(tmp_path / "mine"),
+                                                          "/opt/theirs"]
+    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"  # theirs, passed on (ansible-runner would turn it off)
+    monkeypatch.setenv("ANSIBLE_PIPELINING", "False")  # the environment counts as configuration too
+    assert "ANSIBLE_PIPELINING" not in runner.ansible_env()
+
+
+def test_without_a_user_config_kvprovs_settings_apply_and_verbose_says_so_once(tmp_path, monkeypatch):
+    _no_user_config(monkeypatch, tmp_path)
+    monkeypatch.setattr(runner, "_told", set())
+    said = io.StringIO()
+    env = runner.ansible_env(verbose=True, stream=said)
+    runner.ansible_env(verbose=True, stream=said)
+    assert "ANSIBLE_CONFIG" not in env and env["ANSIBLE_HOST_KEY_CHECKING"] == "True"  # Ansible's default
+    assert {n: env[n] for n, _, _ in runner.LAYERED} == {n: v for n, v, _ in runner.LAYERED}
+    assert said.getvalue().count("kvprov: ansible.cfg: none found") == 1, said.getvalue()
+    assert "ANSIBLE_FORKS=50 (not set in your configuration)" in said.getvalue()
