@@ -390,7 +390,7 @@ def add_parser(sub) -> None:
                        description=__doc__.split("\n\n", 1)[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     inventory.add_inventory_args(p)
-    p.add_argument("--limit", help="Ansible host pattern")
+    inventory.add_limit_arg(p)
     p.add_argument("--timeout", type=int, default=30, metavar="S", help="seconds for each host-side probe")
     p.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
     p.add_argument("--junit", metavar="F", help="also write JUnit XML to F (a testcase per check)")

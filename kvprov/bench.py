@@ -162,7 +162,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="throughput acceptance test through NIXL (KV-page files, per host)",
                        description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     inventory.add_inventory_args(p)
-    p.add_argument("--limit", help="Ansible host pattern")
+    inventory.add_limit_arg(p)
     add_arguments(p)
     p.add_argument("--json", metavar="F", help="also write the results as JSON to F")
     p.add_argument("--junit", metavar="F", help="also write JUnit XML to F")

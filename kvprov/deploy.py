@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
                         "hosts are audited first and only those with drift, or that could not be audited, "
                         "are converged)")
     p.add_argument("--diff", action="store_true", help="show file diffs")
-    p.add_argument("--limit", help="Ansible host pattern; @FILE: the patterns in FILE, one a line (a retry file)")
+    inventory.add_limit_arg(p, "Ansible host pattern; @FILE: the patterns in FILE, one a line (a retry file)")
     p.add_argument("--tags", help="only these role tags (e.g. nixl,sglang)")
     p.add_argument("--allow-remount", action="store_true",
                    help="remount the KV mount when its live options differ (only if nothing uses it)")

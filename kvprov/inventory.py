@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import yaml
 
-from kvprov import paths, vault
+from kvprov import ansible_cli, paths, vault
 from kvprov.errors import EXIT_USAGE, KvprovError
 from kvprov.inventory_lint import (InventoryError, Problem, construct, did_you_mean, key_nodes,
                                    line_of, lint_inventory, lint_vars_file, mapping_items, parse_yaml)
@@ -165,7 +165,12 @@ def add_inventory_args(parser, required: bool = True, help: str | None = None) -
                         help="an inventory source after INVENTORY (repeatable, in order; INVENTORY may be left out): "
                              "merged as ansible-inventory -i merges them, a later source winning")
     parser.set_defaults(inventory_required=required)
+    ansible_cli.add_args(parser)
     vault.add_args(parser)
+
+
+def add_limit_arg(parser, help: str = "Ansible host pattern") -> None:
+    parser.add_argument("-l", "--limit", help=help)
 
 
 def from_args(args) -> list[str]:
@@ -174,9 +179,10 @@ def from_args(args) -> list[str]:
     given = ([args.inventory] if args.inventory else []) + args.more_inventory
     if not given and args.inventory_required:
         raise KvprovError("give the inventory: INVENTORY or -i SOURCE (repeatable)", EXIT_USAGE)
-    if not getattr(args, "vault_configured", False):
+    if not getattr(args, "ansible_configured", False):  # once a command: -K and -J ask once
         vault.configure(args)
-        args.vault_configured = True
+        ansible_cli.configure(args)
+        args.ansible_configured = True
     return given
 
 
@@ -440,6 +446,18 @@ def _ansible(sources: list[str]):
     return loader, manager, VariableManager(loader=loader, inventory=manager)
 
 
+def hosts_matching(sources: list[str], limit: str) -> set[str]:
+    """The hosts an Ansible --limit selects (with @FILE); KvprovError (exit 2) when none."""
+    absolute = [os.path.abspath(s) if os.path.exists(s) else s for s in sources]
+    _, manager, _ = _ansible(absolute)
+    with _ansible_messages():  # Ansible's "could not match" warning: the error below says it
+        manager.subset(limit_patterns(limit))
+        found = {plain(h.name) for h in manager.get_hosts()}
+    if not found:
+        raise KvprovError(f"{describe(sources)}: no host matches --limit {limit}", EXIT_USAGE)
+    return found
+
+
 def _why(source: str, failures: list[tuple[str, str]]) -> str:
     """The failures that matter: for a YAML file, not the ini plugin trying it too, nor the
     yaml and auto plugins declining a plugin configuration or a plain inventory."""
@@ -521,6 +539,8 @@ def _load(sources, roles, target) -> Inventory:
 
     roles = roles or roles_dir()
     defaults = read_role_defaults(roles)
+    extra = ansible_cli.extra_vars({n: v.value for n, v in defaults.items()})
+    settings += [Setting(Var(k, v, Origin("-e (extra vars)", None))) for k, v in extra.items()]
     set_somewhere = {s.var.name for s in settings}
 
     def layers(name: str, host_groups: list[str]) -> list[Var]:
@@ -543,6 +563,8 @@ def _load(sources, roles, target) -> Inventory:
                 var = ctx.var(k, v, host_origins[name])
                 won = winners.get(var.name)
                 merged[var.name] = won if won is not None and won.value == var.value else var
+        for k, v in extra.items():  # -e: above everything, as in Ansible
+            merged[k] = Var(k, v, Origin("-e (extra vars)", None))
         return Host(name, host_origins[name], host_groups, merged)
 
     def members(group: str) -> list[str]:

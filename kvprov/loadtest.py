@@ -935,7 +935,7 @@ def add_parser(sub) -> None:
     p.add_argument("--url", action="append", default=[], metavar="URL",
                    help="an OpenAI-compatible server to measure instead (repeatable; no inventory needed)")
     p.add_argument("--api-key-file", metavar="F", help="with --url: a file holding the API key (sent as Bearer)")
-    p.add_argument("--limit", help="Ansible host pattern")
+    inventory.add_limit_arg(p)
     p.add_argument("--instances", metavar="NAMES", help="comma-separated instance names (main or host/main)")
     p.add_argument("--prompt-tokens", type=_int_list, default=",".join(map(str, DEFAULT_PROMPT_TOKENS)), metavar="L1,L2,...",
                    help="initial prompt lengths in tokens (default %(default)s)")

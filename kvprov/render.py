@@ -10,8 +10,8 @@ from kvprov import desired, inventory
 from kvprov.errors import EXIT_OK, EXIT_USAGE, KvprovError
 
 
-def render(sources: list[str], out: Path, host: str | None = None) -> list[Path]:
-    states = desired.load(sources)
+def render(sources: list[str], out: Path, host: str | None = None, limit: str | None = None) -> list[Path]:
+    states = desired.load(sources, limit)
     if host and host not in states:
         raise KvprovError(f"{inventory.describe(sources)}: no host {host!r} in gpu_nodes (hosts: {', '.join(states)})", EXIT_USAGE)
     written = []
@@ -35,10 +35,11 @@ def add_parser(sub) -> None:
     inventory.add_inventory_args(p)
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--host", help="only this host")
+    inventory.add_limit_arg(p, "only the hosts of this Ansible host pattern")
     p.set_defaults(func=cmd_render)
 
 
 def cmd_render(args) -> int:
-    for path in render(inventory.from_args(args), args.out, args.host):
+    for path in render(inventory.from_args(args), args.out, args.host, args.limit):
         print(path)
     return EXIT_OK

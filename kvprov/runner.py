@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kvprov import paths, vault
+from kvprov import ansible_cli, paths, vault
 from kvprov.errors import EXIT_USAGE, KvprovError
 from kvprov.inventory import limit_patterns, source_list
 
@@ -213,7 +213,8 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
     prune_runs(private.parent, int(os.environ.get("KVPROV_RUNS_KEEP", KEEP_RUNS)))
     result = RunResult(rc=-1, artifacts=private)
     printer = _Printer(stream, result, verbose, capture)
-    cmdline = shlex.join([*(["--check"] if check else []), *(["--diff"] if diff else []), *vault.playbook_args()])
+    cmdline = shlex.join([*(["--check"] if check else []), *(["--diff"] if diff else []), *vault.playbook_args(),
+                          *ansible_cli.playbook_args()])
     t0 = time.monotonic()
     r = ansible_runner.run(
         private_data_dir=str(private),

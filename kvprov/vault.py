@@ -47,13 +47,13 @@ def configure(args) -> None:
     for slug in ids:
         label, _, source = slug.rpartition("@")
         if source == "prompt":
-            source = _password_file(getpass.getpass(f"Vault password{f' ({label})' if label else ''}: "))
+            source = password_file(getpass.getpass(f"Vault password{f' ({label})' if label else ''}: "))
         elif os.path.exists(source):  # ansible-playbook runs elsewhere: a relative path would be lost
             source = os.path.abspath(source)
         _cli_ids.append(f"{label}@{source}" if label else source)
 
 
-def _password_file(password: str) -> str:
+def password_file(password: str) -> str:
     """A root-only file holding a prompted password, in a private directory removed at exit."""
     directory = tempfile.mkdtemp(prefix="kvprov-vault-")  # 0700
     atexit.register(shutil.rmtree, directory, True)

@@ -179,6 +179,8 @@ def add_parser(sub) -> None:
                                    "kvprov's rules; one line per problem. Contacts no host. "
                                    "Exit 0: no errors (warnings allowed); 2: errors.")
     inventory.add_inventory_args(p)
+    inventory.add_limit_arg(p, "report only these hosts' problems (and the inventory's own); the fleet rules "
+                               "still compare every host")
     p.add_argument("--json", action="store_true", help='print {"ok", "hosts", "problems"} as JSON')
     p.set_defaults(func=cmd_check)
 
@@ -186,6 +188,10 @@ def add_parser(sub) -> None:
 def cmd_check(args) -> int:
     sources = inventory.from_args(args)
     hosts, problems = run(sources)
+    if args.limit:
+        chosen = inventory.hosts_matching(sources, args.limit)
+        hosts = [h for h in hosts if h in chosen]
+        problems = [p for p in problems if p.host is None or p.host in chosen]
     ok = not has_errors(problems)
     if args.json:
         print(json.dumps({"ok": ok, "hosts": hosts, "problems": [asdict(p) for p in problems]}, indent=2))

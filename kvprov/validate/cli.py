@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
                                 "--bundle: judge each bundle against the desired state recomputed from it (contacts "
                                 "no host), not the bundle's own desired.json; bundle.desired fails where the two "
                                 "disagree")
-    p.add_argument("--limit", help="Ansible host pattern (with INVENTORY)")
+    inventory.add_limit_arg(p, "Ansible host pattern (with INVENTORY)")
     p.add_argument("--timeout", type=int, default=30, metavar="S",
                    help="seconds for each host-side probe, e.g. the I/O on a possibly hung mount (default 30)")
     p.add_argument("--keep", type=Path, metavar="DIR", help="keep the collected bundles in DIR (with INVENTORY)")

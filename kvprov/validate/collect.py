@@ -129,7 +129,7 @@ def add_parser(sub) -> None:
                                    "--bundle` here or elsewhere.")
     inventory.add_inventory_args(p)
     p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--limit", help="Ansible host pattern")
+    inventory.add_limit_arg(p)
     p.add_argument("--timeout", type=int, default=30, metavar="S", help="seconds for each host-side probe")
     p.set_defaults(func=cmd_collect)
 

@@ -1,0 +1,116 @@
+"""ansible-playbook's own options on every kvprov command that reads an inventory: `-e/--extra-vars`,
+`-u/--user`, `--forks`, `-K/--ask-become-pass`, `--become-password-file`. kvprov applies extra vars
+itself where it reads the inventory (the highest precedence, as in Ansible) and passes all of
+them to every ansible-playbook it starts (kvprov.runner). `-K` asks once; the password then
+lives in a root-only file in a private directory for the command's life (kvprov.vault's)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import yaml
+
+from kvprov.errors import EXIT_USAGE, KvprovError
+
+_words: list[str] = []  # for ansible-playbook
+_extra: dict[str, Any] = {}  # the extra vars, merged in order
+_strings: set[str] = set()  # those given as key=value: strings, which Ansible's argument specs convert
+
+
+def add_args(parser) -> None:
+    g = parser.add_argument_group("Ansible (as ansible-playbook takes them)")
+    g.add_argument("-e", "--extra-vars", action="append", default=[], dest="extra_vars", metavar="VARS",
+                   help="key=value pairs, YAML/JSON, or @FILE (repeatable; the highest precedence, as in Ansible)")
+    g.add_argument("-u", "--user", dest="remote_user", help="connect as this user")
+    g.add_argument("--forks", type=int, help="parallel hosts (default: your ansible.cfg's, else 50)")
+    g.add_argument("-K", "--ask-become-pass", action="store_true", dest="ask_become_pass",
+                   help="ask for the become (sudo) password (once)")
+    g.add_argument("--become-password-file", "--become-pass-file", dest="become_password_file", metavar="FILE",
+                   help="the become password's file")
+
+
+def configure(args) -> None:
+    from kvprov import vault
+
+    _words.clear()
+    _extra.clear()
+    _strings.clear()
+    for given in getattr(args, "extra_vars", []):
+        value = given
+        if given.startswith("@"):
+            value = "@" + os.path.abspath(given[1:])  # ansible-playbook runs elsewhere
+        parsed = parse_extra_vars(given)
+        _extra.update(parsed)
+        if not given.startswith("@") and given.lstrip()[:1] not in ("{", "["):
+            _strings.update(parsed)
+        else:
+            _strings.difference_update(parsed)
+        _words.extend(["-e", value])
+    if getattr(args, "remote_user", None):
+        _words.extend(["-u", args.remote_user])
+    if getattr(args, "forks", None):
+        if args.forks < 1:
+            raise KvprovError(f"--forks {args.forks}: give a number of hosts, 1 or more", EXIT_USAGE)
+        _words.extend(["--forks", str(args.forks)])
+    become = getattr(args, "become_password_file", None)
+    if getattr(args, "ask_become_pass", False):
+        import getpass
+
+        become = vault.password_file(getpass.getpass("BECOME password: "))
+    if become:
+        _words.extend(["--become-password-file", os.path.abspath(become)])
+
+
+def parse_extra_vars(given: str) -> dict[str, Any]:
+    """One -e value as Ansible reads it: @FILE (YAML or JSON), a YAML/JSON mapping, or key=value words."""
+    from ansible.parsing.splitter import parse_kv
+
+    where = f"-e {given}"
+    if given.startswith("@"):
+        try:
+            with open(given[1:], encoding="utf-8") as f:
+                data = yaml.safe_load(f)
+        except OSError as e:
+            raise KvprovError(f"{where}: cannot read: {e.strerror}", EXIT_USAGE) from None
+        except yaml.YAMLError as e:
+            raise KvprovError(f"{where}: not YAML or JSON: {e}", EXIT_USAGE) from None
+    elif given.lstrip()[:1] in ("{", "["):
+        try:
+            data = json.loads(given)
+        except ValueError:
+            try:
+                data = yaml.safe_load(given)
+            except yaml.YAMLError as e:
+                raise KvprovError(f"{where}: not YAML or JSON: {e}", EXIT_USAGE) from None
+    else:
+        data = {k: v for k, v in parse_kv(given).items() if k != "_raw_params"}
+        if "_raw_params" in parse_kv(given):
+            raise KvprovError(f"{where}: expected key=value pairs, YAML/JSON or @FILE", EXIT_USAGE)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise KvprovError(f"{where}: extra vars must be a mapping of variable: value", EXIT_USAGE)
+    return data
+
+
+def extra_vars(defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The extra vars; a key=value string whose role default is a boolean or a number converted as
+    the role's argument spec converts it when the role starts (`-e kvprov_sglang_tp_size=4`)."""
+    from ansible.module_utils.common.validation import check_type_bool, check_type_float, check_type_int
+
+    out = dict(_extra)
+    for name in _strings & set(defaults or {}):
+        like = defaults[name]
+        convert = (check_type_bool if isinstance(like, bool) else check_type_int if isinstance(like, int)
+                   else check_type_float if isinstance(like, float) else None)
+        try:
+            out[name] = convert(out[name]) if convert else out[name]
+        except TypeError:  # not convertible: kvprov check says so, as the role would
+            pass
+    return out
+
+
+def playbook_args() -> list[str]:
+    return list(_words)

@@ -1,0 +1,72 @@
+"""Ansible's CLI habits on kvprov's commands (#25): -l/--limit on check and render too, -e/--extra-vars
+applied by kvprov's own inventory reading and passed to ansible-playbook, -u, --forks and the
+become password passed on as ansible-playbook takes them (its command line, as ansible-runner
+recorded it in the run's artifacts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvprov import ansible_cli
+from kvprov.errors import KvprovError
+
+INVENTORY = ("all:\n  children:\n    gpu_nodes:\n      hosts:\n        v1:\n        v2:\n      vars:\n"
+             "        kvprov_storage_profile: local\n        kvprov_storage_pnfs_layout: none\n")
+
+
+@pytest.fixture
+def inv(tmp_path) -> Path:
+    (tmp_path / "inv.yml").write_text(INVENTORY)
+    return tmp_path
+
+
+def kvprov(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_STATE_HOME": str(cwd / "state")}
+    return subprocess.run([sys.executable, "-m", "kvprov", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_check_and_render_take_a_limit(inv):
+    (inv / "inv.yml").write_text(INVENTORY.replace("        v2:\n", "        v2:\n          kvprov_sglang_tp_size: 0\n"))
+    r = kvprov(inv, "check", "inv.yml")
+    assert r.returncode == 2 and "host v2: kvprov_sglang_tp_size" in r.stdout, r.stdout
+    r = kvprov(inv, "check", "inv.yml", "-l", "v1")  # v2's problem is not reported
+    assert r.returncode == 0 and "1 host(s) checked" in r.stdout, r.stdout + r.stderr
+    r = kvprov(inv, "check", "inv.yml", "--limit", "nope")
+    assert r.returncode == 2 and "no host matches --limit nope" in r.stderr and "WARNING" not in r.stderr
+    (inv / "inv.yml").write_text(INVENTORY)  # render and deploy check the whole inventory first
+    r = kvprov(inv, "render", "inv.yml", "-l", "v2", "--out", "out")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (inv / "out").iterdir()) == ["v2"]
+
+
+def test_extra_vars_win_in_check_and_reach_ansible_playbook(inv):
+    r = kvprov(inv, "check", "inv.yml", "-e", "kvprov_sglang_tp_size=0")  # a string, converted as the role would
+    assert r.returncode == 2 and "-e (extra vars): kvprov_sglang_tp_size: 0 is out of range" in r.stdout, r.stdout
+    assert kvprov(inv, "check", "inv.yml", "-e", "kvprov_sglang_tp_size=2 kvprov_engine_install=false").returncode == 0
+    r = kvprov(inv, "render", "inv.yml", "--out", "out", "-e", '{"kvprov_engine_model_path": "/models/From-E"}',
+               "-u", "deployer", "--forks", "3")
+    assert r.returncode == 0, r.stderr
+    assert "--model-path /models/From-E" in (inv / "out/v1/etc/systemd/system/kvprov-sglang-main.service").read_text()
+    [command] = (inv / "state/kvprov/runs").glob("*-desired-*/artifacts/*/command")
+    words = json.loads(command.read_text())["command"]
+    assert ["-u", "deployer"] == words[words.index("-u"):words.index("-u") + 2]
+    assert ["--forks", "3"] == words[words.index("--forks"):words.index("--forks") + 2]
+    assert '{"kvprov_engine_model_path": "/models/From-E"}' in words
+
+
+def test_extra_vars_files_and_mistakes(tmp_path):
+    f = tmp_path / "e.yml"
+    f.write_text("kvprov_engine_host: 0.0.0.0\n")
+    assert ansible_cli.parse_extra_vars(f"@{f}") == {"kvprov_engine_host": "0.0.0.0"}
+    assert ansible_cli.parse_extra_vars("a=1 b='x y'") == {"a": "1", "b": "x y"}
+    for bad, why in ((f"@{tmp_path}/missing.yml", "cannot read"), ("justaword", "expected key=value"),
+                     ("[1, 2]", "must be a mapping")):
+        with pytest.raises(KvprovError, match=why):
+            ansible_cli.parse_extra_vars(bad)
