@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
 
-import importlib
-
-from kvprov import __version__
-from kvprov.errors import EXIT_USAGE, KvprovError
+from kvprov import __version__, paths, vault
+from kvprov.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, KvprovError
 
 
 # Modules that each add one command (their `add_parser(subparsers)`), in help order.
@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kvprov",
         description="Provision and prove a GPU KV-cache tier on NetApp pNFS over RDMA.",
         epilog="Exit codes: 0 ok, 1 checks failed/drift, 2 usage or inventory error, "
-               "3 unreachable hosts, 4 environment (root, tools, disk, ports), 5 lab failure.")
+               "3 unreachable hosts, 4 environment (root, tools, disk, ports), 5 lab failure, "
+               "6 another run holds the inventory's lock, 7 internal error (traceback saved), 130 interrupted.")
     p.add_argument("--version", action="version", version=f"kvprov {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
@@ -52,7 +53,25 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         print("kvprov: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - a bug: one line here, the traceback in a file
+        print(f"kvprov: internal error: {type(e).__name__}: {vault.hide(str(e))[:300]}; "
+              f"traceback saved in {save_traceback()} (please report it)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def save_traceback() -> str:
+    """The current exception's traceback in a root-only file under kvprov's state directory."""
+    import time
+    import traceback
+
+    directory = paths.state_dir() / "crashes"
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = directory / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(vault.hide(traceback.format_exc()))
+    return str(path)
 
 
 if __name__ == "__main__":

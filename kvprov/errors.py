@@ -7,6 +7,8 @@ EXIT_UNREACHABLE = 3  # one or more hosts could not be reached
 EXIT_ENVIRONMENT = 4  # the machine kvprov runs on lacks something (root, tools, disk, ports)
 EXIT_LAB = 5  # the lab failed to build or boot
 EXIT_BUSY = 6  # another deploy or audit --fix holds the inventory's lock
+EXIT_INTERNAL = 7  # a bug in kvprov: the traceback is saved, its path printed
+EXIT_INTERRUPTED = 130  # Ctrl-C
 
 
 class KvprovError(Exception):

@@ -70,3 +70,24 @@ def test_extra_vars_files_and_mistakes(tmp_path):
                      ("[1, 2]", "must be a mapping")):
         with pytest.raises(KvprovError, match=why):
             ansible_cli.parse_extra_vars(bad)
+
+
+def test_a_crash_is_one_line_exit_7_and_a_saved_root_only_traceback(tmp_path, monkeypatch, capsys):
+    """#25: an internal error is not "drift found" (1): its own exit code, one line, the traceback
+    in a file (with any decrypted vault value hidden)."""
+    from kvprov import check, cli
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+
+    def broken(sources):
+        raise RuntimeError("kvprov bug, somewhere deep")
+
+    monkeypatch.setattr(check, "run", broken)
+    (tmp_path / "inv.yml").write_text(INVENTORY)
+    assert cli.main(["check", str(tmp_path / "inv.yml")]) == 7
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kvprov: internal error: RuntimeError: kvprov bug, somewhere deep; traceback saved in ")
+    assert "\n" not in err
+    [saved] = (tmp_path / "kvprov/crashes").iterdir()
+    assert str(saved) in err and "Traceback" in saved.read_text() and "def broken" not in err
+    assert oct(saved.stat().st_mode & 0o777) == "0o600"
