@@ -26,6 +26,23 @@ COMMANDS = [
 ]
 
 
+PINNED = {"NIXL": "kvprov_nixl_version", "SGLang": "kvprov_sglang_version", "vLLM": "kvprov_vllm_version",
+          "LMCache": "kvprov_lmcache_version"}  # the role defaults a deploy installs
+
+
+class _Version(argparse.Action):
+    """--version: kvprov's, ansible-core's and the pinned engines' (read only when asked)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from ansible.release import __version__ as ansible_version
+
+        from kvprov import inventory
+
+        defaults = inventory.read_role_defaults(paths.roles_dir())
+        pins = ", ".join(f"{name} {defaults[var].value}" for name, var in PINNED.items() if var in defaults)
+        parser.exit(message=f"kvprov {__version__}\nansible-core {ansible_version}\npinned by default: {pins}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kvprov",
@@ -33,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 checks failed/drift, 2 usage or inventory error, "
                "3 unreachable hosts, 4 environment (root, tools, disk, ports), 5 lab failure, "
                "6 another run holds the inventory's lock, 7 internal error (traceback saved), 130 interrupted.")
-    p.add_argument("--version", action="version", version=f"kvprov {__version__}")
+    p.add_argument("--version", action=_Version, nargs=0, help="show kvprov's, ansible-core's and the pinned engines' versions")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name).add_parser(sub)

@@ -181,7 +181,8 @@ def add_parser(sub) -> None:
     inventory.add_inventory_args(p)
     inventory.add_limit_arg(p, "report only these hosts' problems (and the inventory's own); the fleet rules "
                                "still compare every host")
-    p.add_argument("--json", action="store_true", help='print {"ok", "hosts", "problems"} as JSON')
+    p.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                   help='{"ok", "hosts", "problems"} as JSON: to FILE, or to stdout with - or no FILE')
     p.set_defaults(func=cmd_check)
 
 
@@ -193,9 +194,16 @@ def cmd_check(args) -> int:
         hosts = [h for h in hosts if h in chosen]
         problems = [p for p in problems if p.host is None or p.host in chosen]
     ok = not has_errors(problems)
-    if args.json:
-        print(json.dumps({"ok": ok, "hosts": hosts, "problems": [asdict(p) for p in problems]}, indent=2))
+    data = json.dumps({"ok": ok, "hosts": hosts, "problems": [asdict(p) for p in problems]}, indent=2)
+    if args.json == "-":
+        print(data)
     else:
+        if args.json:  # the same convention as every command's --json FILE
+            from kvprov.runner import refuse_link
+            from kvprov.validate.report import write_file
+
+            refuse_link(args.json, "--json")
+            write_file(args.json, data + "\n")
         for line in format_lines(problems):
             print(line)
         print(summary(sources, hosts, problems))

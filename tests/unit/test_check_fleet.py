@@ -4,6 +4,7 @@ role defaults overlaid with its own values, every value it sets is a setting of 
 (as `kvprov check` gets them from a file, without the file's lines)."""
 
 import argparse
+import json
 
 import pytest
 
@@ -203,9 +204,13 @@ def test_require_valid_returns_the_hosts_or_stops_before_any_host_and_check_prin
     assert check.require_valid(str(good)) == ["gpu1"]
     parser = argparse.ArgumentParser()
     check.add_parser(parser.add_subparsers())
-    args = parser.parse_args(["check", "--json", str(good)])
+    args = parser.parse_args(["check", str(good), "--json"])  # no FILE (or -): stdout
     assert args.func(args) == 0
     assert capsys.readouterr().out == '{\n  "ok": true,\n  "hosts": [\n    "gpu1"\n  ],\n  "problems": []\n}\n'
+    args = parser.parse_args(["check", "--json", str(tmp_path / "check.json"), str(good)])  # --json FILE
+    assert args.func(args) == 0
+    assert json.loads((tmp_path / "check.json").read_text())["hosts"] == ["gpu1"]
+    assert "0 error(s)" in capsys.readouterr().out  # and the readable summary
     bad = tmp_path / "bad.yml"
     bad.write_text(good.read_text().replace("10.0.0.5", "10.0.0.5:/kv"))
     with pytest.raises(KvprovError) as e:
