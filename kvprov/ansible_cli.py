@@ -23,8 +23,8 @@ def add_args(parser) -> None:
     g = parser.add_argument_group("Ansible (as ansible-playbook takes them)")
     g.add_argument("-e", "--extra-vars", action="append", default=[], dest="extra_vars", metavar="VARS",
                    help="key=value pairs, YAML/JSON, or @FILE (repeatable; the highest precedence, as in Ansible)")
-    g.add_argument("-u", "--user", dest="remote_user", help="connect as this user")
-    g.add_argument("--forks", type=int, help="parallel hosts (default: your ansible.cfg's, else 50)")
+    g.add_argument("-u", "--user", dest="remote_user", metavar="USER", help="connect as this user")
+    g.add_argument("--forks", type=int, metavar="N", help="parallel hosts (default: your ansible.cfg's, else 50)")
     g.add_argument("-K", "--ask-become-pass", action="store_true", dest="ask_become_pass",
                    help="ask for the become (sudo) password (once)")
     g.add_argument("--become-password-file", "--become-pass-file", dest="become_password_file", metavar="FILE",
