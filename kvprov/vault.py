@@ -82,17 +82,9 @@ def set_secrets(loader) -> None:
 
 
 def playbook_args() -> list[str]:
-    """The command line's vault sources for ansible-playbook (it reads the configured ones
-    from the environment and ansible.cfg itself)."""
-    from ansible import constants as C
-
-    words = [w for s in _cli_ids for w in ("--vault-id", s)]
-    # kvprov's runs use kvprov's ansible.cfg: a password file named in the user's must be passed on
-    if C.DEFAULT_VAULT_PASSWORD_FILE and "ANSIBLE_VAULT_PASSWORD_FILE" not in os.environ:
-        words += ["--vault-password-file", str(C.DEFAULT_VAULT_PASSWORD_FILE)]
-    if C.DEFAULT_VAULT_IDENTITY_LIST and "ANSIBLE_VAULT_IDENTITY_LIST" not in os.environ:
-        words += [w for s in C.DEFAULT_VAULT_IDENTITY_LIST for w in ("--vault-id", s)]
-    return words
+    """The command line's vault sources for ansible-playbook (the configured ones it reads from
+    the environment and the ansible.cfg kvprov.runner hands it)."""
+    return [w for s in _cli_ids for w in ("--vault-id", s)]
 
 
 def decrypted(value) -> str:
