@@ -56,8 +56,8 @@ def test_every_command_with_limit_refuses_a_missing_file_with_exit_2(tmp_path, m
     monkeypatch.setenv("KVPROV_LOCK_DIR", str(tmp_path / "locks"))
     inv = write(tmp_path / "hosts.ini", "[gpu_nodes]\ngpu1 kvprov_storage_server=10.0.0.5 kvprov_storage_export=/kv\n")
     commands = commands_with_limit()
-    assert {"deploy", "audit", "bench", "validate", "collect", "loadtest"} <= set(commands)
-    extra = {"collect": ["--out", str(tmp_path / "out")]}
+    assert {"check", "render", "deploy", "audit", "bench", "validate", "collect", "loadtest"} <= set(commands)
+    extra = {"collect": ["--out", str(tmp_path / "out")], "render": ["--out", str(tmp_path / "out")]}
     for command in commands:
         capsys.readouterr()
         rc = cli.main([command, str(inv), "--limit", f"@{tmp_path}/missing.retry", *extra.get(command, [])])
