@@ -6,6 +6,7 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 
 from kvprov import __version__, paths, vault
 from kvprov.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, KvprovError
@@ -72,8 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         print("kvprov: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:  # noqa: BLE001 - a bug: one line here, the traceback in a file
+        saved = save_traceback()
+        if os.environ.get("KVPROV_DEBUG"):
+            print(Path(saved).read_text(), file=sys.stderr, end="")
         print(f"kvprov: internal error: {type(e).__name__}: {vault.hide(str(e))[:300]}; "
-              f"traceback saved in {save_traceback()} (please report it)", file=sys.stderr)
+              f"traceback saved in {saved} (please report it; KVPROV_DEBUG=1 prints it)", file=sys.stderr)
         return EXIT_INTERNAL
 
 

@@ -78,6 +78,7 @@ def test_a_crash_is_one_line_exit_7_and_a_saved_root_only_traceback(tmp_path, mo
     from kvprov import check, cli
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.delenv("KVPROV_DEBUG", raising=False)  # CI sets it: tracebacks in the log
 
     def broken(sources):
         raise RuntimeError("kvprov bug, somewhere deep")
