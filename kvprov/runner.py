@@ -231,11 +231,29 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
     )
     result.rc = r.rc
     result.seconds = time.monotonic() - t0
+    scrub_environment(private)
     if r.rc != 0 and not result.failures:  # ansible-playbook itself stopped (syntax, crash, timeout)
         tail = (private / "artifacts").glob("*/stdout")
         text = "".join(p.read_text(errors="replace")[-3000:] for p in tail)
         result.failures.append(Failure("-", "ansible-playbook", f"run {r.status}: {text.strip()}"))
     return result
+
+
+def scrub_environment(private: Path) -> None:
+    """ansible-runner keeps the controller's whole environment in each run's artifacts/*/command:
+    every value whose name is a secret's (kvprov.redact: *TOKEN*, *KEY*, *PASS*...) is replaced."""
+    from kvprov.redact import REDACTED, SECRET_NAME
+
+    secret = re.compile(SECRET_NAME, re.I)
+    for path in (private / "artifacts").glob("*/command"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        env = data.get("env") or {}
+        if any(secret.fullmatch(name) for name in env):
+            data["env"] = {k: REDACTED if secret.fullmatch(k) else v for k, v in env.items()}
+            path.write_text(json.dumps(data))
 
 
 def refuse_link(path: str | Path, option: str) -> None:

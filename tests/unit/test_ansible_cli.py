@@ -26,8 +26,11 @@ def inv(tmp_path) -> Path:
     return tmp_path
 
 
+SECRET = "ghp-kvprov-test-token-0042"  # in the controller's environment: never in a run's artifacts
+
+
 def kvprov(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "XDG_STATE_HOME": str(cwd / "state")}
+    env = {**os.environ, "XDG_STATE_HOME": str(cwd / "state"), "GITHUB_TOKEN": SECRET}
     return subprocess.run([sys.executable, "-m", "kvprov", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)
 
@@ -55,6 +58,8 @@ def test_extra_vars_win_in_check_and_reach_ansible_playbook(inv):
     assert r.returncode == 0, r.stderr
     assert "--model-path /models/From-E" in (inv / "out/v1/etc/systemd/system/kvprov-sglang-main.service").read_text()
     [command] = (inv / "state/kvprov/runs").glob("*-desired-*/artifacts/*/command")
+    assert SECRET not in command.read_text() and json.loads(command.read_text())["env"]["GITHUB_TOKEN"] == "<redacted>"
+    assert not [p for p in (inv / "state/kvprov/runs").rglob("*") if p.is_file() and SECRET in p.read_text()]
     words = json.loads(command.read_text())["command"]
     assert ["-u", "deployer"] == words[words.index("-u"):words.index("-u") + 2]
     assert ["--forks", "3"] == words[words.index("--forks"):words.index("--forks") + 2]
