@@ -11,6 +11,7 @@ import tomllib
 import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 import kvprov
 from kvprov import desired, runner
@@ -52,6 +53,11 @@ def test_version_and_ansible_range_are_kvprovs():
     pin = next(d for d in PYPROJECT["dependencies"] if d.startswith("ansible-core"))
     runtime = yaml.safe_load((ROOT / "meta/runtime.yml").read_text())
     assert SpecifierSet(runtime["requires_ansible"]) == SpecifierSet(pin.removeprefix("ansible-core"))
+    # every role says the same minimum (ansible-doc and Galaxy show it)
+    lowest = min(spec.version for spec in SpecifierSet(runtime["requires_ansible"]) if spec.operator == ">=")
+    for meta in sorted(ROOT.glob("roles/*/meta/main.yml")):
+        found = yaml.safe_load(meta.read_text())["galaxy_info"]["min_ansible_version"]
+        assert Version(found) == Version(lowest), f"{meta}: min_ansible_version {found}, requires_ansible {lowest}"
 
 
 def test_the_installed_tree_is_roles_playbooks_and_plugins_only(installed):
