@@ -20,10 +20,12 @@ def test_every_role_has_a_spec():
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
 def test_spec_and_defaults_list_the_same_variables(role):
-    """Ansible does not apply spec defaults, so defaults/main.yml holds them: keep both in step."""
+    """Ansible does not apply spec defaults, so defaults/main.yml holds them; the spec shows the same
+    values (ansible-doc, AWX): the variables and their defaults kept in step."""
     defaults = yaml.safe_load((role / "defaults/main.yml").read_text()) or {}
     spec = yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
     assert sorted(defaults) == sorted(spec)
+    assert {name: opt.get("default", "<none>") for name, opt in spec.items()} == defaults
 
 
 @pytest.mark.parametrize("template", sorted((ROOT / "roles").glob("*/templates/*.j2")), ids=lambda p: p.name)
