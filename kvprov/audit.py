@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 
 from kvprov import check, inventory, lock, redact, runner
+from kvprov.converge import converge
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import bundle as bf
 from kvprov.validate import parsers, report
@@ -431,10 +432,8 @@ def cmd_audit(args) -> int:
     hosts = drifted(results)
     print(report.format_table(results, everything=args.verbose), file=sys.stderr)
     print(f"{summary}\naudit --fix: deploying {', '.join(hosts)}", file=sys.stderr)
-    from kvprov import deploy  # deploy builds on audit (it audits first)
-
     with lock.inventory_lock(sources, "audit --fix"):
-        deployed = deploy.converge(sources, "audit --fix", ",".join(hosts), allow_remount=args.allow_remount)
+        deployed = converge(sources, "audit --fix", ",".join(hosts), allow_remount=args.allow_remount)
     runner.print_summary(deployed, sys.stderr, rerun=["audit", "--fix", *inventory.argv(sources)])
     again, again_gauges = gather(sources, ",".join(hosts), args.timeout)
     after = [r for r in results if r.host not in hosts] + again

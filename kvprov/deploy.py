@@ -10,7 +10,8 @@ import sys
 import time
 
 from kvprov import audit, check, inventory, lock, runner
-from kvprov.errors import EXIT_BUSY, EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
+from kvprov.converge import converge, exit_code
+from kvprov.errors import EXIT_USAGE, KvprovError
 from kvprov.validate.result import FAIL
 
 
@@ -36,19 +37,6 @@ def add_parser(sub) -> None:
                         "start them again (otherwise such a remount is refused)")
     p.add_argument("--json", metavar="FILE", help="write the per-host summary and failures as JSON")
     p.set_defaults(func=cmd_deploy)
-
-
-HOST_LOCK_TASK = "Take the host's deploy lock"  # playbooks/site.yml
-ROLLOUT = ("kvprov_deploy_serial", "kvprov_deploy_max_fail_percentage")
-
-
-def rollout(path: str | list[str]) -> dict:
-    """serial and max_fail_percentage are play keywords: Ansible reads them once per play from
-    extra vars, never from host variables. kvprov passes the inventory's values (the same on
-    every target host: `kvprov check`)."""
-    hosts = inventory.load(path).hosts
-    return {name: hosts[0].value(name) for name in ROLLOUT
-            if hosts and hosts[0].var(name) is not None and not hosts[0].is_default(name)}
 
 
 def cmd_deploy(args) -> int:
@@ -91,25 +79,3 @@ def audit_first(sources: list[str], limit: str | None) -> tuple[list[str], list[
     print(f"deploy: audit of {len(hosts)} host(s) in {time.monotonic() - t0:.1f}s: {len(clean)} clean, "
           f"{len(todo)} to converge{': ' + runner.shorten(todo) if todo else ''}", file=sys.stderr)
     return todo, clean
-
-
-def converge(sources: list[str], command: str, limit: str | None, *, check: bool = False, diff: bool = False,
-             tags: str | None = None, allow_remount: bool = False, stop_engines: bool = False) -> runner.RunResult:
-    """playbooks/site.yml on the hosts of `limit` (None: all), each under its host's deploy lock."""
-    extravars = {**lock.host_lock_vars(sources, command), **rollout(sources)}
-    if allow_remount:
-        extravars.update(kvprov_storage_allow_remount=True, kvprov_storage_stop_dependents=stop_engines)
-    return runner.run("site.yml", sources, name=command.replace(" --", "-"),
-                      extravars=extravars, limit=limit, tags=tags, check=check, diff=diff)
-
-
-def exit_code(result: runner.RunResult) -> int:
-    """3 unreachable (whatever else failed), 6 when the only failures are hosts another run holds,
-    1 other failures."""
-    if result.unreachable:
-        return EXIT_UNREACHABLE
-    if result.failures and all(f.task == HOST_LOCK_TASK for f in result.failures):
-        return EXIT_BUSY
-    if result.failures or result.rc != 0:
-        return EXIT_CHECKS_FAILED
-    return EXIT_OK

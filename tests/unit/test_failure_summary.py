@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvprov import deploy, runner
+from kvprov import converge, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_UNREACHABLE
 
 MOUNT = "Mount the KV-cache volume"
@@ -132,11 +132,11 @@ def test_the_json_report_keeps_every_hosts_own_message(tmp_path):
 
 def test_deploy_exits_3_for_a_mix_of_unreachable_and_failed_hosts_1_for_failed_only(tmp_path):
     result = fleet(tmp_path)
-    assert deploy.exit_code(result) == EXIT_UNREACHABLE
+    assert converge.exit_code(result) == EXIT_UNREACHABLE
     result.failures = [f for f in result.failures if not f.unreachable]
     for host in UNREACHABLE:
         result.hosts[host] = runner.HostSummary(ok=20)
-    assert deploy.exit_code(result) == EXIT_CHECKS_FAILED
+    assert converge.exit_code(result) == EXIT_CHECKS_FAILED
 
 
 def test_a_host_that_fails_twice_for_one_reason_counts_once(tmp_path):
