@@ -7,6 +7,8 @@ host back to a clean audit. Runs after test_2_deploy (kvlab-gpu1 and kvlab-c1 de
 """
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import yaml
 from kvprov import lock
 from kvprov.lab import topology
 from kvprov.lab.ssh import ssh_args
-from tests.conftest import kvprov
+from tests.conftest import ROOT, kvprov
 from tests.lab.test_3_validate import GPU1, TOML, UNIT, sh
 
 pytestmark = pytest.mark.lab
@@ -59,6 +61,30 @@ def test_clean_lab_audits_clean_and_passes_testinfra(lab, tmp_path):
     t = run_testinfra(lab, tmp_path, HOSTS)
     assert t.returncode == 0, t.stdout[-4000:]
     assert "passed" in t.stdout and "failed" not in t.stdout
+
+
+def awx_audit(lab, limit):
+    """awx/audit.yml as an AWX job runs it (the job's Limit as --limit), its custom stats shown."""
+    env = {**os.environ, "ANSIBLE_SHOW_CUSTOM_STATS": "1", "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections")}
+    r = subprocess.run(["ansible-playbook", "-i", lab["inventory"], str(ROOT / "awx/audit.yml"), "--limit", limit],
+                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    outcome = re.search(r'"kvprov_audit_outcome": "(\w+)"', r.stdout)
+    return r, outcome and outcome[1]
+
+
+def test_the_awx_audit_job_takes_the_limit_and_tells_drift_from_clean(lab):
+    """#25: the job's Limit reaches kvprov (only kvlab-c1 is audited); clean passes, drift fails the job
+    with the outcome in its artifacts."""
+    r, outcome = awx_audit(lab, "kvlab-c1")
+    assert r.returncode == 0 and outcome == "clean", r.stdout[-3000:]
+    assert '"kvlab-c1"' in r.stdout and '"kvlab-gpu1"' not in r.stdout.split("CUSTOM STATS")[-1]
+    sh(C1, f"chmod 0600 {TOML}")
+    try:
+        r, outcome = awx_audit(lab, "kvlab-c1")
+    finally:
+        sh(C1, f"chmod 0644 {TOML}")
+    assert r.returncode == 2 and outcome == "drift" and "drift found" in r.stdout, r.stdout[-3000:]
 
 
 def test_the_users_ansible_cfg_is_honoured_unknown_host_keys_refused_and_its_control_path_used(lab, tmp_path):
