@@ -15,6 +15,7 @@ import yaml
 from kvprov.errors import EXIT_USAGE, KvprovError
 
 _words: list[str] = []  # for ansible-playbook
+_verbose = False
 _extra: dict[str, Any] = {}  # the extra vars, merged in order
 _strings: set[str] = set()  # those given as key=value: strings, which Ansible's argument specs convert
 
@@ -29,11 +30,15 @@ def add_args(parser) -> None:
                    help="ask for the become (sudo) password (once)")
     g.add_argument("--become-password-file", "--become-pass-file", dest="become_password_file", metavar="FILE",
                    help="the become password's file")
+    g.add_argument("-v", "--verbose", action="store_true",
+                   help="say which ansible.cfg kvprov's runs use and what kvprov sets on top (audit: list every check too)")
 
 
 def configure(args) -> None:
+    global _verbose
     from kvprov import vault
 
+    _verbose = bool(getattr(args, "verbose", False))
     _words.clear()
     _extra.clear()
     _strings.clear()
@@ -114,3 +119,7 @@ def extra_vars(defaults: dict[str, Any] | None = None) -> dict[str, Any]:
 
 def playbook_args() -> list[str]:
     return list(_words)
+
+
+def verbose() -> bool:
+    return _verbose

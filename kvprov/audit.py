@@ -396,7 +396,6 @@ def add_parser(sub) -> None:
     p.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
     p.add_argument("--junit", metavar="F", help="also write JUnit XML to F (a testcase per check)")
     p.add_argument("--prom", metavar="F", help="also write a Prometheus textfile to F (node_exporter)")
-    p.add_argument("-v", "--verbose", action="store_true", help="list every check, not only drift and warnings")
     p.add_argument("--fix", action="store_true", help="re-deploy the drifted hosts, then audit them again")
     p.add_argument("--allow-remount", action="store_true",
                    help="with --fix: let deploy remount a KV mount whose options drifted (only if unused)")

@@ -113,9 +113,9 @@ def ansible_env(verbose: bool = False, stream=None) -> dict[str, str]:
         if name not in os.environ and not any(ini.has_option(section, key) for section, key in keys):
             env[name] = value
             said.append(f"{name}={value} (not set in your configuration)")
-    if verbose and stream is not None and said[0] not in _told:
+    if verbose and said[0] not in _told:
         _told.add(said[0])
-        print("kvprov: " + "; ".join(said), file=stream)
+        print("kvprov: " + "; ".join(said), file=stream or sys.stderr)
     return env
 
 
@@ -225,7 +225,7 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
         limit=limit,
         tags=tags,
         cmdline=cmdline or None,
-        envvars=ansible_env(verbose, stream),
+        envvars=ansible_env(verbose or ansible_cli.verbose()),
         event_handler=printer,
         quiet=True,
     )
