@@ -382,15 +382,16 @@ def deploy_lock(path: str = DEPLOY_LOCK) -> dict | None:
     return {k: str(v)[:300] for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def stat_paths(paths: list, timeout: int) -> dict:
-    """{path: STAT_PROBE's entry} (lstat in a child process: a hung mount cannot hang the collector)."""
+def stat_paths(paths: list, timeout: int, hung: str | None = None) -> tuple[dict, bool]:
+    """({path: STAT_PROBE's entry}, timed out) (lstat in a child process: a hung mount cannot hang
+    the collector). `hung`: the mount already did not answer; nothing is run, each entry says why."""
     if not paths:
-        return {}
-    rc, so, se, to = run([sys.executable, "-c", STAT_PROBE, *paths], timeout)
+        return {}, False
+    rc, so, se, to = run([sys.executable, "-c", STAT_PROBE, *paths], timeout) if hung is None else (1, "", "", False)
     stats = json.loads(so) if rc == 0 else {}
-    error = "stat timed out (hung mount?)" if to else se.strip() or f"exited {rc}"
+    error = hung or ("stat timed out (hung mount?)" if to else se.strip() or f"exited {rc}")
     return {p: stats.get(p) or {"path": p, "exists": False, "is_dir": False, "is_link": False, "owner": None,
-                                "group": None, "mode": None, "error": error} for p in paths}
+                                "group": None, "mode": None, "error": error} for p in paths}, to
 
 
 def account(user: str) -> dict:
@@ -425,6 +426,7 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     mp = storage["mount_point"]
 
     no_probe = "not probed (kvprov audit reads configuration only)"
+    hung = None  # why the volume is not probed further: it already did not answer within the timeout
     if not probes:
         skipped["io_probe.json"] = skipped["nixl_probe.json"] = skipped["health.json"] = no_probe
         skipped["metrics"] = no_probe
@@ -436,6 +438,8 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
         rc, so, se, to = run([sys.executable, "-c", IO_PROBE, mp, host, str(io_bytes)], timeout)
         result = {"ok": False, "seconds": None, "error": None, "timed_out": to, "bytes": io_bytes,
                   "path": f"{mp}/.kvprov-{host}/"}
+        if to:  # one deadline: the probes of the volume after this one would each wait as long
+            hung = f"not run: the KV mount did not answer the I/O probe within {timeout}s (hung mount?)"
         if rc == 0:
             result.update(json.loads(so))
         else:
@@ -545,8 +549,10 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     paths = {"": mp, **{i["name"]: i["storage_dir"] for i in engine["instances"] if i["storage_dir"]}}  # "": no KV tier
     dirs = sorted(desired.get("dirs") or {})  # every directory deploy creates
     on_volume = [d for d in dirs if d == mp or d.startswith(mp.rstrip("/") + "/")]
-    stats = stat_paths([*paths.values(), *on_volume], timeout)
-    stats.update(stat_paths([d for d in dirs if d not in stats], timeout))  # apart: a hung mount hides none of them
+    stats, to = stat_paths([*paths.values(), *on_volume], timeout, hung)
+    if to:
+        hung = f"not run: stat() on the KV mount did not answer within {timeout}s (hung mount?)"
+    stats.update(stat_paths([d for d in dirs if d not in stats], timeout)[0])  # apart: a hung mount hides none of them
     out["dir_modes.json"] = json.dumps({d: stats[d] for d in dirs}, indent=2)
     out["engine_user.json"] = json.dumps(account(engine["user"]), indent=2)
     entries = {}
@@ -560,8 +566,9 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     # As the engine user: what it can read is what its engine and evictor use (root may be squashed on
     # the export); the walk's own budget leaves the child time to report before the timeout kills it.
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # the user can run it
-    rc, so, se, to = run(["runuser", "-u", engine["user"], "--", python, "-c", USAGE_PROBE,
-                          str(max(1, timeout * 0.8)), *paths.values()], timeout)
+    rc, so, se, to = (run(["runuser", "-u", engine["user"], "--", python, "-c", USAGE_PROBE,
+                           str(max(1, timeout * 0.8)), *paths.values()], timeout) if hung is None
+                      else (1, "", hung, False))
     usage = json.loads(so) if rc == 0 and so.strip() else {}
     for name, path in paths.items():
         error = f"timed out after {timeout}s (hung mount?)" if to else (se.strip()[-300:] or f"exited {rc}")

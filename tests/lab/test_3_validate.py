@@ -2,6 +2,7 @@
 by the right check with the right message. Runs after test_2_deploy."""
 
 import json
+import time
 
 import pytest
 
@@ -14,6 +15,7 @@ GPU1 = ("127.0.0.1", 2221)
 STORAGE = ("127.0.0.1", 2220)
 TOML = "/etc/kvprov/nixl_backend_config.toml"
 UNIT = "/etc/systemd/system/kvprov-sglang-main.service"
+DEADLINE_SLACK = 15  # #28: validate --timeout T names dead storage within T + 15 s (ssh, Ansible, the report)
 
 
 def sh(host, command, timeout=120):
@@ -115,11 +117,19 @@ def test_storage_dir_on_tmp_is_caught(lab, tmp_path):
 
 
 def test_stopped_knfsd_is_caught_within_the_timeout(lab, tmp_path):
+    """With the storage gone, `validate --timeout T` names it within T + 15 s (#28): once the volume
+    did not answer the I/O probe, the collector probes it no further (one deadline, not one a probe)."""
     sh(STORAGE, "systemctl stop nfs-server")
     try:
+        t0 = time.monotonic()
         r, results = validate(lab, tmp_path, "--timeout", "10", "--no-bench")
+        seconds = time.monotonic() - t0
     finally:
         sh(STORAGE, "systemctl start nfs-server")
+    print(f"\nvalidate --timeout 10 of kvlab-gpu1 and kvlab-c1, the storage gone: {seconds:.1f} s")
     assert r.returncode == 1
     probe = results[("kvlab-gpu1", "mount.io_probe")]
     assert probe["status"] == "fail" and "hard mount hung" in probe["found"]
+    storage = results[("kvlab-gpu1", "engine.main.storage_dir")]
+    assert storage["status"] == "fail" and "did not answer the I/O probe within 10s" in storage["found"], storage
+    assert seconds <= 10 + DEADLINE_SLACK, f"{seconds:.1f} s"

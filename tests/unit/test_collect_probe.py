@@ -114,12 +114,15 @@ def test_directories_and_the_account_are_captured_as_the_audit_reads_them(tmp_pa
     os.chmod(tmp_path / "d", 0o750)
     (tmp_path / "link").symlink_to(tmp_path / "d")
     paths = [str(tmp_path / n) for n in ("d", "link", "missing")]
-    stats = collector.stat_paths(paths, 30)
+    stats, timed_out = collector.stat_paths(paths, 30)
     assert {k: (v["exists"], v["is_dir"], v["is_link"], v["mode"], v["owner"], v["error"]) for k, v in stats.items()} == {
         paths[0]: (True, True, False, "0750", "root", None),
         paths[1]: (True, False, True, "0777", "root", None),
         paths[2]: (False, False, False, None, None, None)}
-    assert collector.stat_paths([], 30) == {}
+    assert not timed_out and collector.stat_paths([], 30) == ({}, False)
+    # the mount already did not answer (one deadline): nothing is run, each entry says why
+    hung, _ = collector.stat_paths(paths[:1], 30, hung="not run: the KV mount did not answer")
+    assert hung[paths[0]]["error"] == "not run: the KV mount did not answer" and not hung[paths[0]]["exists"]
     assert collector.account("root") == {"exists": True, "uid": 0, "group": "root", "home": "/root",
                                          "shell": collector.pwd.getpwnam("root").pw_shell}
     assert collector.account("kvprov-no-such-user") == {"exists": False}
