@@ -17,7 +17,6 @@ from kvprov.errors import EXIT_USAGE, KvprovError
 _words: list[str] = []  # for ansible-playbook
 _verbose = False
 _extra: dict[str, Any] = {}  # the extra vars, merged in order
-_strings: set[str] = set()  # those given as key=value: strings, which Ansible's argument specs convert
 
 
 def add_args(parser) -> None:
@@ -41,18 +40,15 @@ def configure(args) -> None:
     _verbose = bool(getattr(args, "verbose", False))
     _words.clear()
     _extra.clear()
-    _strings.clear()
     for given in getattr(args, "extra_vars", []):
-        value = given
-        if given.startswith("@"):
-            value = "@" + os.path.abspath(given[1:])  # ansible-playbook runs elsewhere
-        parsed = parse_extra_vars(given)
-        _extra.update(parsed)
-        if not given.startswith("@") and given.lstrip()[:1] not in ("{", "["):
-            _strings.update(parsed)
-        else:
-            _strings.difference_update(parsed)
-        _words.extend(["-e", value])
+        data = parse_extra_vars(given)
+        if given.startswith("@"):  # Ansible reads the file again (types, vault): by its absolute path
+            _words.extend(["-e", "@" + os.path.abspath(given[1:])])
+        else:  # key=value strings converted as the role would; kvprov's runs get the same values
+            if given.lstrip()[:1] not in ("{", "["):
+                data = _converted(data)
+            _words.extend(["-e", json.dumps(data)])
+        _extra.update(data)
     if getattr(args, "remote_user", None):
         _words.extend(["-u", args.remote_user])
     if getattr(args, "forks", None):
@@ -69,18 +65,25 @@ def configure(args) -> None:
 
 
 def parse_extra_vars(given: str) -> dict[str, Any]:
-    """One -e value as Ansible reads it: @FILE (YAML or JSON), a YAML/JSON mapping, or key=value words."""
+    """One -e value as Ansible reads it: @FILE (YAML or JSON, vault-encrypted too), a YAML/JSON
+    mapping, or key=value words."""
+    from ansible.errors import AnsibleError
     from ansible.parsing.splitter import parse_kv
 
     where = f"-e {given}"
     if given.startswith("@"):
+        from ansible.parsing.dataloader import DataLoader
+
+        from kvprov import inventory, vault
+
+        if not os.path.isfile(given[1:]):
+            raise KvprovError(f"{where}: cannot read: no such file", EXIT_USAGE)
+        loader = DataLoader()
+        vault.set_secrets(loader)
         try:
-            with open(given[1:], encoding="utf-8") as f:
-                data = yaml.safe_load(f)
-        except OSError as e:
-            raise KvprovError(f"{where}: cannot read: {e.strerror}", EXIT_USAGE) from None
-        except yaml.YAMLError as e:
-            raise KvprovError(f"{where}: not YAML or JSON: {e}", EXIT_USAGE) from None
+            data = inventory.plain(loader.load_from_file(os.path.abspath(given[1:])))
+        except AnsibleError as e:
+            raise KvprovError(f"{where}: {' '.join(str(e.message).split())}", EXIT_USAGE) from None
     elif given.lstrip()[:1] in ("{", "["):
         try:
             data = json.loads(given)
@@ -90,9 +93,10 @@ def parse_extra_vars(given: str) -> dict[str, Any]:
             except yaml.YAMLError as e:
                 raise KvprovError(f"{where}: not YAML or JSON: {e}", EXIT_USAGE) from None
     else:
-        data = {k: v for k, v in parse_kv(given).items() if k != "_raw_params"}
-        if "_raw_params" in parse_kv(given):
+        pairs = parse_kv(given)
+        if "_raw_params" in pairs:
             raise KvprovError(f"{where}: expected key=value pairs, YAML/JSON or @FILE", EXIT_USAGE)
+        data = dict(pairs)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -100,21 +104,28 @@ def parse_extra_vars(given: str) -> dict[str, Any]:
     return data
 
 
-def extra_vars(defaults: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The extra vars; a key=value string whose role default is a boolean or a number converted as
-    the role's argument spec converts it when the role starts (`-e kvprov_sglang_tp_size=4`)."""
+def _converted(pairs: dict[str, str]) -> dict[str, Any]:
+    """key=value strings whose role default is a boolean or a number, converted as the role's
+    argument spec converts them (`-e kvprov_sglang_tp_size=4`); the others stay strings."""
     from ansible.module_utils.common.validation import check_type_bool, check_type_float, check_type_int
 
-    out = dict(_extra)
-    for name in _strings & set(defaults or {}):
-        like = defaults[name]
+    from kvprov import inventory, paths
+
+    defaults = {n: v.value for n, v in inventory.read_role_defaults(paths.roles_dir()).items()}
+    out = dict(pairs)
+    for name, value in pairs.items():
+        like = defaults.get(name)
         convert = (check_type_bool if isinstance(like, bool) else check_type_int if isinstance(like, int)
                    else check_type_float if isinstance(like, float) else None)
         try:
-            out[name] = convert(out[name]) if convert else out[name]
+            out[name] = convert(value) if convert else value
         except TypeError:  # not convertible: kvprov check says so, as the role would
             pass
     return out
+
+
+def extra_vars() -> dict[str, Any]:
+    return dict(_extra)
 
 
 def playbook_args() -> list[str]:

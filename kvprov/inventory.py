@@ -539,7 +539,7 @@ def _load(sources, roles, target) -> Inventory:
 
     roles = roles or roles_dir()
     defaults = read_role_defaults(roles)
-    extra = ansible_cli.extra_vars({n: v.value for n, v in defaults.items()})
+    extra = ansible_cli.extra_vars()
     settings += [Setting(Var(k, v, Origin("-e (extra vars)", None))) for k, v in extra.items()]
     set_somewhere = {s.var.name for s in settings}
 

@@ -54,9 +54,10 @@ def test_extra_vars_win_in_check_and_reach_ansible_playbook(inv):
     assert r.returncode == 2 and "-e (extra vars): kvprov_sglang_tp_size: 0 is out of range" in r.stdout, r.stdout
     assert kvprov(inv, "check", "inv.yml", "-e", "kvprov_sglang_tp_size=2 kvprov_engine_install=false").returncode == 0
     r = kvprov(inv, "render", "inv.yml", "--out", "out", "-e", '{"kvprov_engine_model_path": "/models/From-E"}',
-               "-u", "deployer", "--forks", "3")
+               "-e", "kvprov_sglang_tp_size=2", "-u", "deployer", "--forks", "3")
     assert r.returncode == 0, r.stderr
-    assert "--model-path /models/From-E" in (inv / "out/v1/etc/systemd/system/kvprov-sglang-main.service").read_text()
+    unit = (inv / "out/v1/etc/systemd/system/kvprov-sglang-main.service").read_text()
+    assert "--model-path /models/From-E" in unit and "--tp-size 2" in unit
     [command] = (inv / "state/kvprov/runs").glob("*-desired-*/artifacts/*/command")
     assert SECRET not in command.read_text() and json.loads(command.read_text())["env"]["GITHUB_TOKEN"] == "<redacted>"
     assert not [p for p in (inv / "state/kvprov/runs").rglob("*") if p.is_file() and SECRET in p.read_text()]
@@ -64,6 +65,7 @@ def test_extra_vars_win_in_check_and_reach_ansible_playbook(inv):
     assert ["-u", "deployer"] == words[words.index("-u"):words.index("-u") + 2]
     assert ["--forks", "3"] == words[words.index("--forks"):words.index("--forks") + 2]
     assert '{"kvprov_engine_model_path": "/models/From-E"}' in words
+    assert '{"kvprov_sglang_tp_size": 2}' in words  # the key=value string converted, as kvprov check read it
 
 
 def test_extra_vars_files_and_mistakes(tmp_path):

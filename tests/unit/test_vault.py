@@ -113,3 +113,12 @@ def test_check_never_shows_a_decrypted_value(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "kvprov_engine_model_path" in r.stdout and "<vaulted>" in r.stdout, r.stdout
     assert "secret-name" not in r.stdout + r.stderr
+
+
+def test_a_vault_encrypted_extra_vars_file_is_read_like_an_inventory_file(tmp_path):
+    write_inventory(tmp_path, vaulted=True)
+    (tmp_path / "extra.yml").write_text(encrypt("kvprov_sglang_tp_size: 0\n"))
+    r = kvprov(tmp_path, "check", "inv.yml", "-e", "@extra.yml", "--vault-password-file", "pw")
+    assert r.returncode == 2 and "-e (extra vars): kvprov_sglang_tp_size: 0 is out of range" in r.stdout, r.stdout
+    r = kvprov(tmp_path, "check", "inv.yml", "-e", "@extra.yml")
+    assert r.returncode == 2 and "-e @extra.yml" in r.stderr and "Traceback" not in r.stderr, r.stderr
