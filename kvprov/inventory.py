@@ -237,7 +237,9 @@ def _ansible_origin(value: Any) -> Any:
 
 
 def plain(value: Any) -> Any:
-    """A value Ansible loaded, without its tags: str, int, float, bool, None, list, dict."""
+    """A value Ansible loaded, without its tags (an inline !vault value decrypted): str, int, float,
+    bool, None, list, dict."""
+    value = vault.revealed(value)
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, str):
@@ -246,8 +248,6 @@ def plain(value: Any) -> Any:
         return int.__int__(value)
     if isinstance(value, float):
         return float.__float__(value)
-    if type(value).__name__ == "EncryptedString":  # an inline !vault value (ansible.parsing.vault)
-        return vault.decrypted(value)
     if isinstance(value, dict):
         return {plain(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

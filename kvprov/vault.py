@@ -87,8 +87,11 @@ def playbook_args() -> list[str]:
     return [w for s in _cli_ids for w in ("--vault-id", s)]
 
 
-def decrypted(value) -> str:
-    """An inline !vault value as plain text (remembered for hide)."""
+def revealed(value):
+    """An inline !vault value (ansible.parsing.vault.EncryptedString) as its plain text,
+    remembered for hide(); any other value as it is."""
+    if type(value).__name__ != "EncryptedString":
+        return value
     from kvprov.sinks import shown
 
     text = str(value)

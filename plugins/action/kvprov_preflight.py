@@ -106,8 +106,7 @@ class ActionModule(ActionBase):
             spec = specs.get(check.DEPRECATED.get(name, name)) if name.startswith("kvprov_") else None
             if spec is None:
                 continue
-            if type(value).__name__ == "EncryptedString":  # an inline !vault value, as kvprov check reads it
-                value = vault.decrypted(value)
+            value = vault.revealed(value)  # an inline !vault value, as kvprov check reads it
             default = defaults.get(name)
             if check.is_template(value) and (default is None or default.value != value):
                 if context is None:

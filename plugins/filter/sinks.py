@@ -28,7 +28,7 @@ from kvprov.validate.parsers import mount_state
 def _filter(function):
     def run(*args):
         # an inline !vault value arrives encrypted; judged decrypted, and never shown
-        args = tuple(vault.decrypted(a) if type(a).__name__ == "EncryptedString" else a for a in args)
+        args = tuple(vault.revealed(a) for a in args)
         try:
             return function(*args)
         except sinks.SinkError as e:
