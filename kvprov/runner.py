@@ -105,6 +105,11 @@ def ansible_env(verbose: bool = False, stream=None) -> dict[str, str]:
             f"collections path: kvprov's collection ({COLLECTIONS}) first"]
     if cfg:
         env["ANSIBLE_CONFIG"] = cfg
+    # the ansible-playbook of kvprov's own Python (a venv's, not activated): the roles' plugins
+    # import kvprov in that process, and must get this kvprov, not another install's
+    own = Path(sys.executable).parent
+    if (own / "ansible-playbook").exists():
+        env["PATH"] = os.pathsep.join([str(own), os.environ.get("PATH", "")])
     # ansible-runner turns host key checking off unless told: say what Ansible itself would do
     env["ANSIBLE_HOST_KEY_CHECKING"] = os.environ.get("ANSIBLE_HOST_KEY_CHECKING") or next(
         (ini.get(section, "host_key_checking") for section in ("defaults", "ssh_connection")

@@ -58,3 +58,18 @@ def test_without_a_user_config_kvprovs_settings_apply_and_verbose_says_so_once(t
     assert {n: env[n] for n, _, _ in runner.LAYERED} == {n: v for n, v, _ in runner.LAYERED}
     assert said.getvalue().count("kvprov: ansible.cfg: none found") == 1, said.getvalue()
     assert "ANSIBLE_FORKS=50 (not set in your configuration)" in said.getvalue()
+
+
+def test_the_runs_use_the_ansible_playbook_of_kvprovs_own_python(tmp_path, monkeypatch):
+    """A venv's kvprov, not activated: its runs start the venv's ansible-playbook (whose plugins
+    import this kvprov), not the first one on PATH."""
+    import sys
+
+    _no_user_config(monkeypatch, tmp_path)
+    own = Path(sys.executable).parent
+    monkeypatch.setenv("PATH", "/nowhere")
+    env = runner.ansible_env()
+    if (own / "ansible-playbook").exists():
+        assert env["PATH"] == f"{own}:/nowhere"
+    else:
+        assert "PATH" not in env
