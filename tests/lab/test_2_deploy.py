@@ -92,8 +92,8 @@ def test_kv_mount_is_rdma_with_a_pnfs_layout_after_a_nixl_write(deployed):
         "enabled"] * 3
 
 
-# The NFS half of the shared tier (the engines' half: tests/lab/test_5_engine.py, on a directory
-# the containers share, as the host kernel has no NFS client). On kvlab-gpu1: the export mounted
+# What a second client of the shared tier sees, and when (the engines' cross-host hit on this
+# export: tests/lab/test_5_engine.py, through kvlab-gpu1's mounts). On kvlab-gpu1: the export mounted
 # twice more with kvprov's own options as mounted (the `reader`) and with lookupcache=all (the
 # kernel's default: `stale`), each with nosharecache (its own superblock, dentry and attribute
 # caches: what a second client host has). The reader and `stale` look the names up before they

@@ -5,9 +5,9 @@ validate, a long prompt twice, KV chunk files in the namespace, both units resta
 DRAM and L1 tiers empty), the same prompt served from L2; a second container on the same
 namespace, restarted, serves the first one's prefixes from it (and the first the second's);
 then validate and audit catch a stopped server, an unwritable L2 directory and a vLLM unit
-pointing at the wrong port. The containers have no NFS (the host kernel has none): the
-`local` profile on one directory all containers share; the NFS/RDMA tier is proven on the
-VMs (test_2/test_3)."""
+pointing at the wrong port. The engine runs on the `local` profile on one directory all
+containers share; the cross-host test moves both engines onto the storage VM's real NFS export
+(tests/lab/nfs_relay.py: the host kernel has no NFS client)."""
 
 import json
 import os
@@ -35,6 +35,8 @@ INST_DIR = namespace.namespace_dir(topology.CONTAINER_KV, "lmcache_mp", namespac
 SERVER, VLLM = "kvprov-lmcache-main.service", "kvprov-vllm-main.service"
 VLLM_UNIT = f"/etc/systemd/system/{VLLM}"
 API_KEY = "kvprov-lab-key-0123456789abcdef"  # deployed from a root-only file on the controller
+GPU1, STORAGE = ("127.0.0.1", topology.SSH_PORT_BASE + 1), ("127.0.0.1", topology.SSH_PORT_BASE)
+PEER_NFS = "/mnt/kvprov-peer"  # the peer's own mount of the export on kvlab-gpu1 (nfs_relay.py)
 RUNS = {}  # loadtest JSONs of this module's runs, by label (the baseline test compares with the tier's)
 
 
@@ -189,40 +191,77 @@ def test_loadtest_later_turns_hit_the_prefix_and_a_replay_after_restart_is_serve
     assert API_KEY not in r.stdout + r.stderr + (tmp_path / "loadtest.json").read_text()
 
 
-def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_namespace(engine, tmp_path):
-    """A second container on the same namespace. After both sweeps, each host restarted (its GPU,
-    DRAM and L1 tiers empty) gets the other's conversation, which it never saw: its first turn
-    must come from the files the other host stored in the namespace. The restarts also prove the
-    namespace still serves after both engines restart. TTFTs are printed, not asserted: on the
-    lab's tiny CPU model a cold prefill of 1024 tokens (~60-460 ms) and a read of its files from
-    the namespace are close, and which wins depends on the shared CPU (a benchmark's job)."""
+def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_namespace_on_real_nfs(
+        lab, engine, tmp_path):
+    """Two containers on one namespace on the storage VM's real NFS export, each through its own
+    NFS mount on kvlab-gpu1 with kvprov's options (NFSv4.1/RDMA, pNFS; tests/lab/nfs_relay.py).
+    After both sweeps, each host restarted (its GPU, DRAM and L1 tiers empty) gets the other's
+    conversation, which it never saw: its first turn must come from the files the other host
+    stored in the namespace on NFS. The restarts also prove the namespace still serves after both
+    engines restart. TTFTs are printed, not asserted: on the lab's tiny CPU model a cold prefill
+    of 1024 tokens and a read of its files through the relay are close, and which wins depends on
+    the shared CPU (a benchmark's job)."""
+    from tests.lab.nfs_relay import nfs_mount_on_gpu1, read_bytes, relay
+
     inv = engine_inventory(tmp_path, INDEX, PEER)
     peer, peer_addr = f"kvlab-c{PEER}", (f"10.98.{PEER}.2", 22)
+    relative = os.path.relpath(INST_DIR, topology.CONTAINER_KV)  # the namespace, from the export's root
+    first_new = gpu1_first_missing(relative)  # what this test creates on the export (and removes)
+    sh(f"systemctl stop {VLLM} {SERVER}")  # its files so far are in the lab's shared directory, below the relay
     try:
-        r = kvprov("deploy", str(inv), "--limit", peer, timeout=1800)
-        assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
-        assert ssh(*peer_addr, f"stat -c %U {INST_DIR}", timeout=30).stdout.strip() == "kvprov-engine"
-        wait_healthy(addr=peer_addr)
-        r = kvprov("loadtest", str(inv), "--cross-host", "--prompt-tokens", "1024", "--turns", "1", "--users", "1",
-                   "--output-tokens", "4", "--out", str(tmp_path / "cross"), "--label", "cross-host", timeout=1800)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        run = json.loads((tmp_path / "cross" / "loadtest.json").read_text())
-        # the API listens on every interface for its clients only (kvprov_engine_clients, the
-        # controller's side of each link): systemd loaded the allow-list as rendered (#24). The lab's
-        # nspawn containers cannot enforce it (no BPF cgroup firewall there: IPIngressBytes has no
-        # data), so that it drops others is not proven here.
-        shown = sh(f"systemctl show -p IPAddressDeny -p IPAddressAllow {VLLM}")
-        loaded = {key: set(value.split()) for key, _, value in (line.partition("=") for line in shown.splitlines())}
-        assert loaded == {"IPAddressAllow": {"127.0.0.0/8", f"10.98.{INDEX}.1/32", "::1/128"},
-                          "IPAddressDeny": {"0.0.0.0/0", "::/0"}}, shown
-        rows = {(row["source"], row["instance"]): row for row in run["cross_host"]}
-        print(f"cross-host rows: {rows}")
-        assert set(rows) == {(f"{HOST}/main", f"{peer}/main"), (f"{peer}/main", f"{HOST}/main")}, run
-        for row in rows.values():
-            assert row["storage_hit_tokens"] > 0 and row["hit_tokens"].get("lmcache_l2", 0) > 0, row
-        assert "On another host" in (tmp_path / "cross" / "loadtest.html").read_text()
-    finally:  # the peer's engine would only take CPU from the tests after this one
-        ssh(*peer_addr, f"systemctl stop {VLLM} {SERVER}", timeout=120)
+        with nfs_mount_on_gpu1(PEER_NFS) as options, relay(lab, HOST, topology.CONTAINER_KV, "/mnt/kvcache"), \
+                relay(lab, peer, topology.CONTAINER_KV, PEER_NFS):
+            try:
+                assert "proto=rdma" in options and "vers=4.1" in options, options
+                # this host from its own inventory (its namespace is created on the export), the peer
+                # from the inventory of both
+                for args in ([str(engine[0])], [str(inv), "--limit", peer]):
+                    r = kvprov("deploy", *args, timeout=1800)
+                    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+                assert ssh(*peer_addr, f"stat -c %U {INST_DIR}", timeout=30).stdout.strip() == "kvprov-engine"
+                wait_healthy()
+                wait_healthy(addr=peer_addr)
+                r = kvprov("loadtest", str(inv), "--cross-host", "--prompt-tokens", "1024", "--turns", "1",
+                           "--users", "1", "--output-tokens", "4", "--out", str(tmp_path / "cross"),
+                           "--label", "cross-host", timeout=1800)
+                assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+                run = json.loads((tmp_path / "cross" / "loadtest.json").read_text())
+                rows = {(row["source"], row["instance"]): row for row in run["cross_host"]}
+                print(f"cross-host rows: {rows}")
+                assert set(rows) == {(f"{HOST}/main", f"{peer}/main"), (f"{peer}/main", f"{HOST}/main")}, run
+                for row in rows.values():
+                    assert row["storage_hit_tokens"] > 0 and row["hit_tokens"].get("lmcache_l2", 0) > 0, row
+                assert "On another host" in (tmp_path / "cross" / "loadtest.html").read_text()
+                # the chunk files are on the storage VM's export, and the peer's mount read them
+                on_export = ssh(*STORAGE, f"find {topology.EXPORT_PATH}/{relative} -type f | wc -l", timeout=60)
+                assert int(on_export.stdout) > 0, on_export
+                assert read_bytes(PEER_NFS) > 0
+            finally:  # the relays go before the engines that hold files on them
+                for addr in (ADDR, peer_addr):
+                    ssh(*addr, f"systemctl stop {VLLM} {SERVER}", timeout=120)
+    finally:
+        if first_new:
+            ssh(*GPU1, f"rm -rf /mnt/kvcache/{first_new}", timeout=120)
+        sh(f"systemctl start {VLLM}")  # back on the lab's shared directory, for the tests below
+        wait_healthy()
+    # the API listens on every interface for its clients only (kvprov_engine_clients, the
+    # controller's side of each link): systemd loaded the allow-list as rendered (#24). The lab's
+    # nspawn containers cannot enforce it (no BPF cgroup firewall there: IPIngressBytes has no
+    # data), so that it drops others is not proven here.
+    shown = sh(f"systemctl show -p IPAddressDeny -p IPAddressAllow {VLLM}")
+    loaded = {key: set(value.split()) for key, _, value in (line.partition("=") for line in shown.splitlines())}
+    assert loaded == {"IPAddressAllow": {"127.0.0.0/8", f"10.98.{INDEX}.1/32", "::1/128"},
+                      "IPAddressDeny": {"0.0.0.0/0", "::/0"}}, shown
+
+
+def gpu1_first_missing(relative: str) -> str | None:
+    """The first of `relative`'s directories that kvlab-gpu1's KV mount lacks (None: all there)."""
+    parts = relative.split("/")
+    for i in range(1, len(parts) + 1):
+        path = "/".join(parts[:i])
+        if ssh(*GPU1, f"test -e /mnt/kvcache/{path}", timeout=60).returncode != 0:
+            return path
+    return None
 
 
 def test_two_hosts_evictors_on_one_namespace_take_turns_keep_recent_files_and_meet_the_quota(engine):
