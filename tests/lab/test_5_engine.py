@@ -148,6 +148,13 @@ def test_the_api_key_is_required_and_kept_out_of_units_logs_and_bundles(engine, 
     inv, _ = engine
     assert "tiny" in http("/v1/models")
     assert "Unauthorized" in http("/v1/models", key="wrong", status=401)
+    # vLLM checks the key under /v1, /v2, /inference and /cohere only; kvprov's --middleware
+    # (roles/vllm/templates/kvprov_vllm_guard.py.j2) on every route but the probes and /metrics
+    completion = {"model": "tiny", "prompt": "kvprov", "max_tokens": 1}
+    assert "Unauthorized" in http("/invocations", completion, key="wrong", status=401)
+    assert '"choices"' in http("/invocations", completion)  # SageMaker's route, with the key
+    assert "Unauthorized" in http("/tokenize", {"model": "tiny", "prompt": "kvprov"}, key="wrong", status=401)
+    assert "vllm:" in http("/metrics", key="") and http("/health", key="") == ""
     assert sh("stat -c '%U %a' /etc/kvprov/secrets/engine.env").split() == ["root", "600"]
     seen = sh(f"systemctl show {SERVER} {VLLM}; cat /etc/systemd/system/kvprov-*.service; "
               f"journalctl -b --no-pager | tail -n 5000")
@@ -311,7 +318,7 @@ def test_validate_catches_an_unwritable_l2_directory(engine, tmp_path):
     r, results = validate(inv, tmp_path)
     found = results["engine.main.storage_dir"]
     assert r.returncode == 1 and found["status"] == "fail"
-    assert f"is not writable by kvprov-engine" in found["found"] and "chown kvprov-engine" in found["fix"]
+    assert "is not writable by kvprov-engine" in found["found"] and "chown kvprov-engine" in found["fix"]
     r = kvprov("deploy", str(inv), "--tags", "engine", timeout=900)
     assert r.returncode == 0 and sh(f"stat -c '%U %a' {INST_DIR}").split() == ["kvprov-engine", "750"]
 
