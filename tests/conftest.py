@@ -24,6 +24,11 @@ def pytest_collection_modifyitems(config, items):
     # Lab test files are numbered in the order they need (a fresh lab, then deploy);
     # `lab down` tests take the lab away: run them after everything else.
     items.sort(key=lambda item: item.get_closest_marker("lab_teardown") is not None)
+    # With pytest-xdist (pyproject's addopts: -n 2 --dist loadgroup) the lab tests are one group,
+    # run in that order by one worker, while the other worker runs the unit tests.
+    for item in items:
+        if item.get_closest_marker("lab") or item.get_closest_marker("lab_teardown"):
+            item.add_marker(pytest.mark.xdist_group("lab"))
 
 
 def pytest_configure(config):

@@ -197,7 +197,7 @@ def test_second_deploy_audits_clean_runs_nothing_and_a_full_one_changes_nothing(
     assert {h: s["changed"] for h, s in result["hosts"].items()} == {"kvlab-gpu1": 0, "kvlab-c1": 0}
 
 
-def test_changed_mount_option_needs_allow_remount_and_an_idle_mount(deployed, lab, tmp_path):
+def test_changed_mount_option_needs_allow_remount_and_an_idle_mount_then_the_nfs_tcp_profile(deployed, lab, tmp_path):
     changed = with_var(lab["inventory"], tmp_path, kvprov_storage_rsize=131072)
     r, _ = deploy(changed, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount")
     assert r.returncode == 1
@@ -229,22 +229,16 @@ def test_changed_mount_option_needs_allow_remount_and_an_idle_mount(deployed, la
         assert sh(GPU1, f"systemctl is-active {unit}").strip() == "active"  # started again after the remount
     finally:
         sh(GPU1, f"systemctl stop {unit}; rm -f /etc/systemd/system/{unit}; systemctl daemon-reload")
-    # and back to the lab's settings
-    r, _ = deploy(lab["inventory"], "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert live_mount().opts["rsize"] == "262144"
-
-
-def test_nfs_tcp_profile_then_back_to_rdma(deployed, lab, tmp_path):
-    """The same roles serve plain NFS over TCP; switching profiles is a remount."""
+    # The same roles serve plain NFS over TCP: switching profiles is a remount, and then idempotent
     tcp = with_var(lab["inventory"], tmp_path, kvprov_storage_profile="nfs_tcp")
     r, _ = deploy(tcp, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
     assert r.returncode == 0, r.stdout + r.stderr
     m = live_mount()
     assert m.opts["proto"] == "tcp" and m.opts.get("port", "2049") == "2049"  # the kernel hides the default port
-    assert [t.protocol for t in m.transports] == ["tcp"]
-    r, result = deploy(tcp, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount")  # now idempotent
+    assert [t.protocol for t in m.transports] == ["tcp"] and m.opts["rsize"] == "262144"
+    r, result = deploy(tcp, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount")
     assert r.returncode == 0 and result["hosts"]["kvlab-gpu1"]["changed"] == 0, r.stdout + r.stderr
+    # and back to the lab's settings
     r, _ = deploy(lab["inventory"], "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert live_mount().opts["proto"] == "rdma"
+    assert live_mount().opts["proto"] == "rdma" and live_mount().opts["rsize"] == "262144"

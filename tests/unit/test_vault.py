@@ -85,12 +85,15 @@ def test_a_vaulted_inventory_checks_and_renders_as_the_plaintext_one(tmp_path, p
         env = {**env, "ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg")}
     if "ANSIBLE_VAULT_PASSWORD_FILE" in env:
         env = {**env, "ANSIBLE_VAULT_PASSWORD_FILE": str(tmp_path / env["ANSIBLE_VAULT_PASSWORD_FILE"])}
+    temp = tmp_path / "tmp"  # kvprov's own temporary directory (other tests run at the same time)
+    temp.mkdir()
+    env = {**env, "TMPDIR": str(temp)}
     r = kvprov(tmp_path, "check", "inv.yml", *args, env=env, stdin=stdin)
     assert r.returncode == 0, r.stdout + r.stderr
     r = kvprov(tmp_path, "render", "inv.yml", "--out", "out", *args, env=env, stdin=stdin)
     assert r.returncode == 0, r.stdout + r.stderr
     assert same_tree(plain_render, tmp_path / "out") == []
-    assert not [p for p in Path("/tmp").glob("kvprov-vault-*")], "the prompted password's file stays behind"
+    assert not list(temp.glob("kvprov-vault-*")), "the prompted password's file stays behind"
 
 
 def test_without_the_password_the_error_names_the_file_and_nothing_is_rendered(tmp_path):
