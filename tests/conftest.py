@@ -20,6 +20,7 @@ def kvprov(*args: str, timeout: float = 900, check: bool = False) -> subprocess.
     return res
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     # Lab test files are numbered in the order they need (a fresh lab, then deploy);
     # `lab down` tests take the lab away: run them after everything else.
