@@ -26,10 +26,12 @@ def pytest_collection_modifyitems(config, items):
     # `lab down` tests take the lab away: run them after everything else.
     items.sort(key=lambda item: item.get_closest_marker("lab_teardown") is not None)
     # With pytest-xdist (pyproject's addopts: -n 2 --dist loadgroup) the lab tests are one group,
-    # run in that order by one worker, while the other worker runs the unit tests.
+    # run in that order by one worker, while the other worker runs the rest (one group too, so
+    # that none waits behind the lab; alone, the unit tests spread over both workers).
+    lab = {id(item) for item in items if item.get_closest_marker("lab") or item.get_closest_marker("lab_teardown")}
     for item in items:
-        if item.get_closest_marker("lab") or item.get_closest_marker("lab_teardown"):
-            item.add_marker(pytest.mark.xdist_group("lab"))
+        if lab:
+            item.add_marker(pytest.mark.xdist_group("lab" if id(item) in lab else "unit"))
 
 
 def pytest_configure(config):
