@@ -2,6 +2,7 @@
 containers (local storage profile). Runs after test_1_lab (which needs fresh hosts)."""
 
 import json
+import shlex
 import subprocess
 import tomllib
 from pathlib import Path
@@ -17,6 +18,7 @@ from tests.conftest import kvprov
 pytestmark = pytest.mark.lab
 
 GPU1 = ("127.0.0.1", 2221)
+STORAGE = ("127.0.0.1", 2220)
 C1 = ("10.98.1.2", 22)
 C2 = ("10.98.2.2", 22)
 MNT = "/mnt/kvcache"
@@ -242,3 +244,48 @@ def test_changed_mount_option_needs_allow_remount_and_an_idle_mount_then_the_nfs
     r, _ = deploy(lab["inventory"], "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
     assert r.returncode == 0, r.stdout + r.stderr
     assert live_mount().opts["proto"] == "rdma" and live_mount().opts["rsize"] == "262144"
+
+
+def test_systemd_on_the_gpu_node_enforces_the_engine_allow_list_kvprov_renders(deployed, tmp_path):
+    """The engine's network fence (#24): an API beyond loopback gets IPAddressDeny=any and
+    IPAddressAllow=localhost <kvprov_engine_clients>. The lab's containers cannot enforce it (no
+    BPF cgroup firewall in nspawn); kvlab-gpu1's systemd can, but the VM runs no engine. So the
+    [Service] fence of the vLLM unit kvprov renders is put on a stand-in server there
+    (python3 -m http.server, labelled as such), and the storage VM (10.99.1.1, over the data
+    link) calls it: refused when outside the clients, answered when they name it (the control)."""
+    key = tmp_path / "key"
+    key.write_text("kvprov-lab-key-0123456789abcdef\n")
+    key.chmod(0o600)
+
+    def fence(clients: list[str]) -> list[str]:
+        inv = tmp_path / "fence.yml"
+        inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"f1": None}, "vars": {
+            "kvprov_storage_profile": "local", "kvprov_storage_pnfs_layout": "none", "kvprov_engine": "vllm_baseline",
+            "kvprov_engine_host": "0.0.0.0", "kvprov_engine_clients": clients,
+            "kvprov_engine_api_key_file": str(key)}}}}}))
+        out = tmp_path / "render"
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+        r = kvprov("render", str(inv), "--out", str(out))
+        assert r.returncode == 0, r.stdout + r.stderr
+        unit = (out / "f1/etc/systemd/system/kvprov-vllm-main.service").read_text()
+        lines = [line for line in unit.splitlines() if line.startswith(("IPAddressDeny=", "IPAddressAllow="))]
+        assert lines[0] == "IPAddressDeny=any" and len(lines) == 2, lines
+        return lines
+
+    call = "python3 -c \"import urllib.request as u; u.urlopen('http://10.99.1.2:18999/', timeout=5)\""
+    results = {}
+    for name, clients in (("outside", ["10.99.7.0/24"]), ("admitted", ["10.99.1.1/32"])):
+        unit = "\n".join(["[Service]", *fence(clients), "DynamicUser=yes",  # the unit file's own lines
+                          "ExecStart=/usr/bin/python3 -m http.server 18999 --bind 0.0.0.0", ""])
+        sh(GPU1, f"printf %s {shlex.quote(unit)} > /run/systemd/system/kvprov-test-fence.service && "
+                 "systemctl daemon-reload && systemctl start kvprov-test-fence")
+        try:
+            assert sh(GPU1, "for i in $(seq 50); do ss -Hltn 'sport = :18999' | grep -q . && break; sleep 0.2; done; "
+                            "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:18999/', "
+                            "timeout=5).status)\"").strip() == "200"  # localhost: always admitted
+            results[name] = ssh(*STORAGE, call, timeout=60).returncode
+        finally:
+            sh(GPU1, "systemctl stop kvprov-test-fence; rm /run/systemd/system/kvprov-test-fence.service; "
+                     "systemctl daemon-reload")
+    assert results["admitted"] == 0, "the control: the storage VM is named in the clients and must get through"
+    assert results["outside"] != 0, "a client outside kvprov_engine_clients reached the port"

@@ -254,7 +254,7 @@ def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_name
     # the API listens on every interface for its clients only (kvprov_engine_clients, the
     # controller's side of each link): systemd loaded the allow-list as rendered (#24). The lab's
     # nspawn containers cannot enforce it (no BPF cgroup firewall there: IPIngressBytes has no
-    # data), so that it drops others is not proven here.
+    # data); that systemd drops other clients is test_2_deploy's allow-list test, on kvlab-gpu1.
     shown = sh(f"systemctl show -p IPAddressDeny -p IPAddressAllow {VLLM}")
     loaded = {key: set(value.split()) for key, _, value in (line.partition("=") for line in shown.splitlines())}
     assert loaded == {"IPAddressAllow": {"127.0.0.0/8", f"10.98.{INDEX}.1/32", "::1/128"},
