@@ -20,6 +20,22 @@ def kvprov(*args: str, timeout: float = 900, check: bool = False) -> subprocess.
     return res
 
 
+def render_one_host(d: Path, key: str | None = None, **group_vars) -> Path:
+    """`kvprov render` of a one-host (s1) inventory on the local profile with these variables
+    (and an API key file holding `key`) into d/out; returns d/out/s1."""
+    import yaml
+
+    group_vars = {"kvprov_storage_profile": "local", "kvprov_storage_pnfs_layout": "none", **group_vars}
+    if key is not None:
+        (d / "key").write_text(key + "\n")
+        (d / "key").chmod(0o600)
+        group_vars["kvprov_engine_api_key_file"] = str(d / "key")
+    (d / "inv.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
+        "hosts": {"s1": None}, "vars": group_vars}}}}))
+    kvprov("render", str(d / "inv.yml"), "--out", str(d / "out"), check=True)
+    return d / "out/s1"
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     # Lab test files are numbered in the order they need (a fresh lab, then deploy);

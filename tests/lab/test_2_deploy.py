@@ -13,7 +13,7 @@ import yaml
 from kvprov import mountstats
 from kvprov.lab.ssh import ssh, ssh_args
 from tests import systemd_verify
-from tests.conftest import kvprov
+from tests.conftest import kvprov, render_one_host
 
 pytestmark = pytest.mark.lab
 
@@ -253,21 +253,11 @@ def test_systemd_on_the_gpu_node_enforces_the_engine_allow_list_kvprov_renders(d
     [Service] fence of the vLLM unit kvprov renders is put on a stand-in server there
     (python3 -m http.server, labelled as such), and the storage VM (10.99.1.1, over the data
     link) calls it: refused when outside the clients, answered when they name it (the control)."""
-    key = tmp_path / "key"
-    key.write_text("kvprov-lab-key-0123456789abcdef\n")
-    key.chmod(0o600)
-
-    def fence(clients: list[str]) -> list[str]:
-        inv = tmp_path / "fence.yml"
-        inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"f1": None}, "vars": {
-            "kvprov_storage_profile": "local", "kvprov_storage_pnfs_layout": "none", "kvprov_engine": "vllm_baseline",
-            "kvprov_engine_host": "0.0.0.0", "kvprov_engine_clients": clients,
-            "kvprov_engine_api_key_file": str(key)}}}}}))
-        out = tmp_path / "render"
-        subprocess.run(["rm", "-rf", str(out)], check=True)
-        r = kvprov("render", str(inv), "--out", str(out))
-        assert r.returncode == 0, r.stdout + r.stderr
-        unit = (out / "f1/etc/systemd/system/kvprov-vllm-main.service").read_text()
+    def fence(name: str, clients: list[str]) -> list[str]:
+        (tmp_path / name).mkdir()
+        out = render_one_host(tmp_path / name, "kvprov-lab-key-0123456789abcdef", kvprov_engine="vllm_baseline",
+                              kvprov_engine_host="0.0.0.0", kvprov_engine_clients=clients)
+        unit = (out / "etc/systemd/system/kvprov-vllm-main.service").read_text()
         lines = [line for line in unit.splitlines() if line.startswith(("IPAddressDeny=", "IPAddressAllow="))]
         assert lines[0] == "IPAddressDeny=any" and len(lines) == 2, lines
         return lines
@@ -275,12 +265,12 @@ def test_systemd_on_the_gpu_node_enforces_the_engine_allow_list_kvprov_renders(d
     call = "python3 -c \"import urllib.request as u; u.urlopen('http://10.99.1.2:18999/', timeout=5)\""
     results = {}
     for name, clients in (("outside", ["10.99.7.0/24"]), ("admitted", ["10.99.1.1/32"])):
-        unit = "\n".join(["[Service]", *fence(clients), "DynamicUser=yes",  # the unit file's own lines
+        unit = "\n".join(["[Service]", *fence(name, clients), "DynamicUser=yes",  # the unit file's own lines
                           "ExecStart=/usr/bin/python3 -m http.server 18999 --bind 0.0.0.0", ""])
         sh(GPU1, f"printf %s {shlex.quote(unit)} > /run/systemd/system/kvprov-test-fence.service && "
                  "systemctl daemon-reload && systemctl start kvprov-test-fence")
         try:
-            assert sh(GPU1, "for i in $(seq 50); do ss -Hltn 'sport = :18999' | grep -q . && break; sleep 0.2; done; "
+            assert sh(GPU1, "for i in $(seq 300); do ss -Hltn 'sport = :18999' | grep -q . && break; sleep 0.2; done; "
                             "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:18999/', "
                             "timeout=5).status)\"").strip() == "200"  # localhost: always admitted
             results[name] = ssh(*STORAGE, call, timeout=60).returncode

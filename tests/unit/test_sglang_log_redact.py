@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kvprov.validate.parsers import exec_argv, parse_unit, unit_environment
-from tests.conftest import kvprov
+from tests.conftest import render_one_host
 from tests.unit.test_engine_parsers import _sglang_python
 
 KEY = "sk-kvprov-Secret_42.x"  # what check admits: printable ASCII, no quotes, spaces or backslashes
@@ -36,17 +36,7 @@ logging.getLogger("sglang.srt.entrypoints.engine").info(
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("sglkey")
-    key = tmp / "key"
-    key.write_text(KEY + "\n")
-    key.chmod(0o600)
-    inv = tmp / "inv.yml"
-    inv.write_text("all:\n  children:\n    gpu_nodes:\n      vars:\n        kvprov_storage_profile: local\n"
-                   "        kvprov_storage_pnfs_layout: none\n"
-                   f"        kvprov_engine_api_key_file: {key}\n"
-                   "      hosts:\n        s1:\n")
-    kvprov("render", str(inv), "--out", str(tmp / "out"), check=True)
-    return tmp / "out/s1"
+    return render_one_host(tmp_path_factory.mktemp("sglkey"), KEY)
 
 
 def test_the_unit_puts_the_redactor_first_on_pythonpath(rendered):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from kvprov.validate.parsers import exec_argv, parse_unit, unit_environment
-from tests.conftest import kvprov
+from tests.conftest import render_one_host
 from tests.unit.test_engine_parsers import ENGINE_PY
 
 KEY = "sk-kvprov-Secret_42.x"
@@ -54,18 +54,8 @@ print(json.dumps(out))
 def rendered(tmp_path_factory) -> Path:
     if not os.access(ENGINE_PY, os.X_OK):
         pytest.fail(f"engine venv python {ENGINE_PY} missing (scripts/install-deps builds it)")
-    tmp = tmp_path_factory.mktemp("vllmguard")
-    key = tmp / "key"
-    key.write_text(KEY + "\n")
-    key.chmod(0o600)
-    inv = tmp / "inv.yml"
-    inv.write_text("all:\n  children:\n    gpu_nodes:\n      vars:\n        kvprov_storage_profile: local\n"
-                   "        kvprov_storage_pnfs_layout: none\n        kvprov_engine: vllm_baseline\n"
-                   "        kvprov_engine_host: 0.0.0.0\n        kvprov_engine_clients: [10.0.0.0/24]\n"
-                   f"        kvprov_engine_api_key_file: {key}\n"
-                   "      hosts:\n        s1:\n")
-    kvprov("render", str(inv), "--out", str(tmp / "out"), check=True)
-    return tmp / "out/s1"
+    return render_one_host(tmp_path_factory.mktemp("vllmguard"), KEY, kvprov_engine="vllm_baseline",
+                           kvprov_engine_host="0.0.0.0", kvprov_engine_clients=["10.0.0.0/24"])
 
 
 def statuses(rendered: Path, argv: list[str]) -> dict[str, int]:
@@ -95,11 +85,7 @@ def test_the_unit_loads_the_guard_which_asks_for_the_key_on_every_route_but_the_
 
 
 def test_without_a_key_no_guard_is_rendered(tmp_path):
-    inv = tmp_path / "inv.yml"
-    inv.write_text("all:\n  children:\n    gpu_nodes:\n      vars:\n        kvprov_storage_profile: local\n"
-                   "        kvprov_storage_pnfs_layout: none\n        kvprov_engine: vllm_baseline\n"
-                   "      hosts:\n        s1:\n")
-    kvprov("render", str(inv), "--out", str(tmp_path / "out"), check=True)
-    unit = (tmp_path / "out/s1" / UNIT).read_text()
+    rendered = render_one_host(tmp_path, kvprov_engine="vllm_baseline")
+    unit = (rendered / UNIT).read_text()
     assert "--middleware" not in unit and "PYTHONPATH" not in unit
-    assert not (tmp_path / "out/s1" / SITE.lstrip("/")).exists()
+    assert not (rendered / SITE.lstrip("/")).exists()
