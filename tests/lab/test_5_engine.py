@@ -205,9 +205,9 @@ def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_name
     After both sweeps, each host restarted (its GPU, DRAM and L1 tiers empty) gets the other's
     conversation, which it never saw: its first turn must come from the files the other host
     stored in the namespace on NFS. The restarts also prove the namespace still serves after both
-    engines restart. TTFTs are printed, not asserted: on the lab's tiny CPU model a cold prefill
-    of 1024 tokens and a read of its files through the relay are close, and which wins depends on
-    the shared CPU (a benchmark's job)."""
+    engines restart. TTFTs are printed, not asserted: on the lab a read of the files through the
+    relay (ssh into an emulated VM) is slower than the tiny CPU model's cold prefill of 1024
+    tokens; TTFT on storage is a real cluster's benchmark."""
     from tests.lab.nfs_relay import nfs_mount_on_gpu1, read_bytes, relay
 
     inv = engine_inventory(tmp_path, INDEX, PEER)
