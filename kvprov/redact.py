@@ -80,11 +80,16 @@ def is_secret_path(path: str) -> bool:
 
 def redact_diff(lines: list[str], path: str) -> tuple[list[str], bool]:
     """A unified diff (as difflib gives it) safe to show: (lines, whether anything was redacted).
-    Headers (---, +++, @@) are kept; a secret file's content lines become `<redacted>`."""
+    Headers are kept: the file names (---, +++) before the first hunk, and each hunk's @@ line;
+    every other line is content (a removed `--api-key=x` starts with --- too): it is redacted,
+    and a secret file's content lines become `<redacted>`."""
     secret = is_secret_path(path)
-    out, redacted = [], False
+    out, redacted, in_hunk = [], False, False
     for line in lines:
-        if line.startswith(("---", "+++", "@@")) or not line[:1] in ("+", "-", " "):
+        if line.startswith("@@"):
+            in_hunk = True
+        header = line.startswith("@@") or (not in_hunk and line.startswith(("---", "+++")))
+        if header or line[:1] not in ("+", "-", " "):
             out.append(line)
             continue
         end = "\n" if line.endswith("\n") else ""

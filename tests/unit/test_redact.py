@@ -55,3 +55,19 @@ def test_the_second_reviews_leaks_are_redacted_whole():
         'Environment="A_KEY=${KVPROV_ENGINE_API_KEY}"': 'Environment="A_KEY=${KVPROV_ENGINE_API_KEY}"',
     }
     assert {line: redact.redact_line(line) for line in cases} == cases
+
+
+def test_a_removed_or_added_line_that_starts_like_a_header_is_content():
+    """`--api-key=OLD` removed from a file shows in the diff as `---api-key=OLD`: content, not a
+    file-name header, so it is redacted (whole, in a secret file); the headers before the first
+    hunk and every @@ line are kept as they are."""
+    diff = ["--- a (desired)\n", "+++ a (live)\n", "@@ -1,2 +1,2 @@\n", "---api-key=OLD\n", "+++api-key=NEW\n",
+            " port=1\n", "@@ -9 +9 @@\n", "---token OLD2\n", "", "+x\n"]
+    shown, redacted = redact.redact_diff(diff, "/etc/kvprov/engine.args")
+    assert redacted
+    assert shown == diff[:3] + ["---api-key=<redacted>\n", "+++api-key=<redacted>\n", " port=1\n", diff[6],
+                                "---token <redacted>\n", "", "+x\n"]
+    shown, _ = redact.redact_diff(diff, "/etc/kvprov/secrets/engine.env")
+    assert shown == diff[:3] + ["-<redacted>\n", "+<redacted>\n", " <redacted>\n", diff[6], "-<redacted>\n", "",
+                                "+<redacted>\n"]
+    assert redact.redact_diff(["--- a\n", "+++ b\n"], "/etc/kvprov/secrets/x") == (["--- a\n", "+++ b\n"], False)
