@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import os
 import re
@@ -45,9 +46,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = ["kvprov/mountstats.py", "kvprov/validate", "kvprov/audit.py", "kvprov/check",
-           "kvprov/inventory.py", "plugins/modules/kvprov_mount_state.py"]
+           "kvprov/inventory.py", "plugins/modules/kvprov_mount_state.py", "kvprov/storage", "kvprov/redact.py",
+           "kvprov/bench.py", "kvprov/lock.py", "plugins/modules/kvprov_collect.py", "kvprov/loadtest.py"]
+# Files of which only some functions are checking code: only those are mutated (and hashed).
+ONLY = {
+    "kvprov/loadtest.py": ("parse_prometheus", "_labels", "cache_counters", "counter_delta", "cache_summary",
+                           "_storage_hits", "replay_rows", "cross_host_rows", "measure_point"),
+}
 EQUIVALENT = ROOT / "benchmarks/mutation-equivalent.txt"
 RESULTS = ROOT / "benchmarks/results"
+# The committed record: per target file, the hash of what was mutated and that file's figures
+# and survivors. Every run updates the files it ran; --stale runs the files whose hash changed;
+# tests/unit/test_mutation_record.py fails while a target file differs from its record.
+RECORD = RESULTS / "mutation-record.json"
+SUMMARY = RESULTS / "mutation.txt"
+REFRESH = "python3 benchmarks/mutation.py --stale --jobs 1"
 # The unit test files that may run against each module's mutants (fnmatch patterns under
 # tests/unit); of these, each mutant runs only the tests that execute its line.
 TESTS_FOR = {
@@ -63,6 +76,16 @@ TESTS_FOR = {
     "plugins/modules/kvprov_mount_state.py": ["test_mount_state*.py", "test_validate_*.py",
                                               "test_audit*.py", "test_testinfra_checks.py",
                                               "test_parsers*.py", "test_checks_*.py"],
+    "kvprov/storage/": ["test_storage*.py", "test_security_review2_ontap.py", "test_capacity.py", "test_check.py",
+                        "test_check_rules.py", "test_preflight.py", "test_secrets.py", "test_audit_gauges.py"],
+    "kvprov/redact.py": ["test_redact.py", "test_audit*.py", "test_collect*.py", "test_sglang_log_redact.py",
+                         "test_security_review2_*.py", "test_validate_*.py", "test_checks_*.py"],
+    "kvprov/bench.py": ["test_bench*.py", "test_validate_cli_live.py", "test_secrets.py"],
+    "kvprov/lock.py": ["test_lock.py", "test_inventory_sources.py"],
+    "plugins/modules/kvprov_collect.py": ["test_collect*.py", "test_security_review2_collect.py", "test_redact.py",
+                                          "test_audit*.py", "test_capacity.py", "test_validate_*.py", "test_bundle*.py",
+                                          "test_checks_*.py"],
+    "kvprov/loadtest.py": ["test_loadtest*.py", "test_sglang_metrics.py", "test_security_review2_loadtest.py"],
 }
 # Functions that only run against live hosts (Ansible, systemctl, a real /proc/self/mountinfo):
 # the lab tests exercise them, the unit suite cannot, so they are not mutated (listed in the
@@ -111,8 +134,9 @@ OP_RE = {"in": r"(?<![\w.])in(?!\w)", "not in": r"(?<![\w.])not\s+in(?!\w)", "is
 class _Finder(ast.NodeVisitor):
     """Collects (start, end, replacement, scope) edits on one module's source."""
 
-    def __init__(self, text: str, live: dict[str, str]):
+    def __init__(self, text: str, live: dict[str, str], only: tuple[str, ...] | None = None):
         self.live = live
+        self.only = only  # None: every function and the module level; else only these functions
         self.lines = text.splitlines(keepends=True)
         self.offsets = [0]
         for ln in self.lines:
@@ -138,7 +162,7 @@ class _Finder(ast.NodeVisitor):
         return self.function if self.func_depth else "<module>"
 
     def add(self, node: ast.AST, a: int, b: int, new: str) -> None:
-        if node.lineno in self.skip_lines:
+        if node.lineno in self.skip_lines or (self.only is not None and not self.func_depth):
             return
         na, nb = self.span(node)
         before = self.text(na, nb)
@@ -175,6 +199,8 @@ class _Finder(ast.NodeVisitor):
             self.visit(default)
         if not self.func_depth and not self.scope and (node.name == "add_parser" or node.name in self.live):
             return  # see LIVE
+        if not self.func_depth and self.only is not None and ".".join(self.scope + [node.name]) not in self.only:
+            return  # see ONLY
         if not self.func_depth:
             self.function = ".".join(self.scope + [node.name])
         self.func_depth += 1
@@ -320,7 +346,7 @@ class _Finder(ast.NodeVisitor):
 def mutants_of(root: Path, rel: str) -> list[Mutant]:
     text = (root / rel).read_text()
     tree = ast.parse(text)
-    finder = _Finder(text, LIVE.get(rel, {}))
+    finder = _Finder(text, LIVE.get(rel, {}), ONLY.get(rel))
     finder.visit(tree)
     out: list[Mutant] = []
     seen: dict[str, int] = {}
@@ -332,6 +358,33 @@ def mutants_of(root: Path, rel: str) -> list[Mutant]:
         m = Mutant(rel, line, scope, change, src, key + (f" #{seen[key]}" if seen[key] > 1 else ""))
         out.append(m)
     return out
+
+
+def mutated_text(root: Path, rel: str) -> str:
+    """What is mutated in a target file: the whole file, or (ONLY) the source of its named functions."""
+    text = (root / rel).read_text()
+    if rel not in ONLY:
+        return text
+    tree = ast.parse(text)
+    found = {n.name: ast.get_source_segment(text, n) for n in tree.body
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    missing = [name for name in ONLY[rel] if name not in found]
+    if missing:
+        raise SystemExit(f"mutation: {rel} has no function {', '.join(missing)} (ONLY in benchmarks/mutation.py)")
+    return "\n\n".join(f"# {name}\n{found[name]}" for name in sorted(ONLY[rel]))
+
+
+def content_hash(root: Path, rel: str) -> str:
+    return hashlib.sha256(mutated_text(root, rel).encode()).hexdigest()
+
+
+def target_of(rel: str) -> str:
+    """The MODULES entry a file belongs to (a score is given per entry)."""
+    return next(m for m in MODULES if rel == m or rel.startswith(m.rstrip("/") + "/"))
+
+
+def read_record(path: Path = RECORD) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {"files": {}}
 
 
 def test_patterns(rel: str) -> list[str]:
@@ -524,6 +577,7 @@ def worker(copy: Path, files: list[str], tests: list[str]) -> None:
 
     jobs = os.fdopen(os.dup(0), "r")
     out = os.fdopen(os.dup(1), "w", buffering=1)
+    note = copy.with_suffix(".note")  # the child's word to the job: the failing test, or the harness's error
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
@@ -541,33 +595,64 @@ def worker(copy: Path, files: list[str], tests: list[str]) -> None:
         return modules
 
     def child(job: dict, items: dict, modules: dict, code) -> int:
-        live = _live_functions(modules.get(job["path"], []), job["scope"]) if job["scope"] != "<module>" else []
-        new = _code_named(code, live[0].__code__.co_qualname) if live else None
-        if job["again"] and modules.get(job["path"]):  # a constant: bind it (and those built from it) anew
-            lines = job["source"].splitlines(keepends=True)
-            for a, b in job["again"]:
-                stmt = compile("\n" * (a - 1) + "".join(lines[a - 1:b]), job["path"], "exec")
-                for mod in modules[job["path"]]:
-                    exec(stmt, vars(mod))
-        elif new is None:  # outside any function: a fresh session, importing the project from the mutated copy
+        """0: every test passed, 1: one failed; 10 + N: a fresh session's pytest exit N other than 0 and 1
+        (a collection error, ...), which is not counted as a kill."""
+        fresh = job.get("control") is None and job["scope"] == "<module>" and not job["again"]
+        if job.get("control") is None and not fresh:
+            try:
+                if job["again"]:  # a constant: bind it (and those built from it) anew
+                    if not modules.get(job["path"]):
+                        raise LookupError("the module is not loaded")
+                    lines = job["source"].splitlines(keepends=True)
+                    for a, b in job["again"]:
+                        stmt = compile("\n" * (a - 1) + "".join(lines[a - 1:b]), job["path"], "exec")
+                        for mod in modules[job["path"]]:
+                            exec(stmt, vars(mod))
+                else:
+                    live = _live_functions(modules.get(job["path"], []), job["scope"])
+                    new = _code_named(code, live[0].__code__.co_qualname) if live else None
+                    if new is None:
+                        raise LookupError(f"no function {job['scope']} loaded")
+                    for fn in live:
+                        fn.__code__ = new  # ValueError when the mutant changes its free variables (super() dropped)
+            except Exception:
+                fresh = True  # it could not be planted in place: the project is imported anew from the mutated copy
+        if fresh:  # a fresh session, importing the project from the mutated copy
             for name in [n for n in sys.modules if n == "kvprov" or n.startswith(("kvprov.", "tests"))
-                         or n == "kvprov_mount_state"]:
+                         or n in ("kvprov_mount_state", "kvprov_collect")]:
                 del sys.modules[name]
-            return int(pytest.main([*PYTEST_ARGS, "-p", "no:xdist", *job["tests"]]))
-        for fn in live:
-            fn.__code__ = new
+            rc = int(pytest.main([*PYTEST_ARGS, "-p", "no:xdist", *job["tests"]]))
+            return rc if rc in (0, 1) else 10 + rc
         for nodeid in job["tests"]:
             reports = runtestprotocol(items[nodeid], log=False, nextitem=None)
             if any(r.failed for r in reports):
+                note.write_text(nodeid)
                 return 1
         return 0
+
+    def control(items: dict, modules: dict) -> dict:
+        """Every test a mutant may run, on the unmutated code, through the same fork as a mutant's."""
+        t = time.monotonic()
+        note.unlink(missing_ok=True)
+        pid = os.fork()
+        if pid == 0:
+            os.setpgid(0, 0)
+            try:
+                rc = child({"control": True, "tests": list(items)}, items, modules, None)
+            except BaseException as e:  # noqa: B036
+                note.write_text(f"{type(e).__name__}: {e}")
+                rc = 8
+            os._exit(rc)
+        rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        return {"rc": rc, "tests": len(items), "seconds": round(time.monotonic() - t, 1),
+                "note": note.read_text() if note.exists() else ""}
 
     class Loop:
         @pytest.hookimpl(tryfirst=True)
         def pytest_runtestloop(self, session):
             items = {item.nodeid: item for item in session.items}
             modules = loaded_copies()
-            print(json.dumps({"ready": True}), file=out)
+            print(json.dumps({"ready": True, "control": control(items, modules)}), file=out)
             for line in jobs:
                 job = json.loads(line)
                 missing = [t for t in job["tests"] if t not in items]
@@ -580,6 +665,7 @@ def worker(copy: Path, files: list[str], tests: list[str]) -> None:
                 original = path.read_text()
                 path.write_text(job["source"])
                 t = time.monotonic()
+                note.unlink(missing_ok=True)
                 pid = os.fork()
                 if pid == 0:
                     os.setpgid(0, 0)
@@ -589,8 +675,9 @@ def worker(copy: Path, files: list[str], tests: list[str]) -> None:
                         os._exit(7)
                     try:
                         rc = child(job, items, modules, code)
-                    except BaseException:
-                        rc = 1  # the mutant broke the import or the test machinery itself
+                    except BaseException as e:  # noqa: B036 -- the harness failed, not a test: no kill
+                        note.write_text(f"{type(e).__name__}: {e}"[:200])
+                        rc = 8
                     os._exit(rc)
                 status = "timeout"
                 deadline = t + job["timeout"]
@@ -599,6 +686,10 @@ def worker(copy: Path, files: list[str], tests: list[str]) -> None:
                     if done:
                         code = os.waitstatus_to_exitcode(wstatus)
                         status = {0: "survived", 1: "killed", 7: "error (does not compile)"}.get(code, f"error (exit {code})")
+                        if code == 8:
+                            status = f"error (planting it: {note.read_text() if note.exists() else '?'})"
+                        elif code > 10:
+                            status = f"error (pytest exit {code - 10} in a fresh session)"
                         break
                     if time.monotonic() > deadline:
                         try:
@@ -723,6 +814,9 @@ def main() -> int:
     ap.add_argument("--survivors-of", type=Path, metavar="JSON",
                     help="run only the mutants a previous run's JSON did not record as killed (quick re-check "
                          "after adding tests; its score covers those mutants only)")
+    ap.add_argument("--stale", action="store_true",
+                    help=f"run only the target files whose content no longer matches the hash in {RECORD.name} "
+                         f"(or that it lacks), and update their record; the others keep theirs")
     ap.add_argument("--keep", action="store_true", help="keep the temporary copies (their path is printed)")
     ap.add_argument("--reuse-trace", type=Path, help=argparse.SUPPRESS)  # development: phase 1 read from/saved to FILE
     ap.add_argument("--_trace", nargs=2, help=argparse.SUPPRESS)
@@ -761,6 +855,14 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
     for c in copies:
         copy_checkout(ROOT, c)
     files = target_files(copies[0], args.module or MODULES)
+    if args.stale:
+        recorded = read_record()["files"]
+        files = [f for f in files if recorded.get(f, {}).get("sha256") != content_hash(copies[0], f)]
+        print(f"mutation: --stale: {len(files)} target file(s) differ from their record"
+              + (f": {', '.join(files)}" if files else ""), flush=True)
+        if not files:
+            write_summary(read_record(), [])
+            return 0
     tests = sorted({str(p.relative_to(copies[0])) for p in (copies[0] / "tests/unit").glob("test_*.py")
                     if any(fnmatch(p.name, pat) for f in files for pat in test_patterns(f))})
     mutants = [m for f in files for m in mutants_of(copies[0], f)]
@@ -777,14 +879,16 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
     if args.reuse_trace and args.reuse_trace.exists():
         shutil.copy(args.reuse_trace, tmp / "traced.json")
     else:
-        trace(copies[0], sorted(set(files) | set(target_files(copies[0], MODULES))), tests, tmp)
+        trace(copies[0], sorted(set(files) | set(target_files(copies[0], MODULES) if args.reuse_trace else [])),
+              tests, tmp)
         if args.reuse_trace:
             shutil.copy(tmp / "traced.json", args.reuse_trace)
     traced = json.loads((tmp / "traced.json").read_text())
     failed = sorted(t for t, o in traced["outcomes"].items() if o == "failed")
-    print(f"mutation: traced {len(traced['outcomes'])} tests in {time.monotonic() - t:.0f} s"
-          + (f"; {len(failed)} fail without any mutant and are left out: {', '.join(failed)}" if failed else ""),
-          flush=True)
+    print(f"mutation: traced {len(traced['outcomes'])} tests in {time.monotonic() - t:.0f} s", flush=True)
+    if failed:  # the control run: a test that fails without any mutant would count every mutant it runs as killed
+        raise SystemExit(f"mutation: {len(failed)} unit test(s) fail on the unmutated code; fix them first: "
+                         + ", ".join(failed))
     durations: dict[str, float] = traced["durations"]
 
     # which tests each mutant runs: those of its module's test files that execute its line
@@ -852,9 +956,18 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
         procs.append(p)
         workers.append(p)
     del wspec
+    controls = []
     for p in workers:
-        if json.loads(p.stdout.readline() or "{}").get("ready") is not True:
+        ready = json.loads(p.stdout.readline() or "{}")
+        if ready.get("ready") is not True:
             raise SystemExit("mutation: a job did not start (run the unit tests by hand to see why)")
+        c = ready["control"]
+        if c["rc"] != 0:  # the same fork and test runner as every mutant's, on the unmutated code
+            raise SystemExit(f"mutation: control run failed (exit {c['rc']}) on the unmutated code in a job: "
+                             f"{c['note'] or 'see the unit tests'}")
+        controls.append(c)
+    print(f"mutation: control run: the {controls[0]['tests']} tests the mutants may run pass on the unmutated code "
+          f"through the job's fork ({controls[0]['seconds']:.0f} s)", flush=True)
     by_id = {m.id: m for m in todo}
     queue = sorted(todo, key=lambda m: -sum(durations.get(n, 1.0) for n in m.run))
     busy: dict[int, str] = {}
@@ -894,54 +1007,95 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
             killed = sum(m.status in ("killed", "timeout") for m in todo)
             print(f"mutation: {done}/{len(todo)} run, {killed} killed, {time.monotonic() - started:.0f} s",
                   flush=True)
-    return report(args, mutants, files, equivalent, unknown, started, failed)
+    return report(args, mutants, files, equivalent, unknown, started, controls[0]["tests"] if controls else 0,
+                  copies[0])
 
 
-def report(args, mutants: list[Mutant], files: list[str], equivalent: dict, unknown: list, started: float,
-           failed: list) -> int:
-    def group(path: str) -> str:
-        return "kvprov/validate" if path.startswith("kvprov/validate/") else path
+SCORED = ("killed / scored, where scored = all mutants - the equivalent ones = killed + survived + not covered "
+          "+ error; a timeout counts as killed")
 
-    per: dict[str, dict[str, int]] = {}
+
+def file_stats(rel: str, mutants: list[Mutant]) -> dict:
+    d = {"mutants": len(mutants), "killed": 0, "equivalent": 0, "survived": 0, "not_covered": 0, "error": 0}
     for m in mutants:
-        for key in (group(m.path), "overall"):
-            d = per.setdefault(key, {"mutants": 0, "killed": 0, "survived": 0, "equivalent": 0})
-            d["mutants"] += 1
-            if m.status in ("killed", "timeout"):
-                d["killed"] += 1
-            elif m.status == "equivalent":
-                d["equivalent"] += 1
-            else:
-                d["survived"] += 1
-    for d in per.values():
-        scored = d["mutants"] - d["equivalent"]
-        d["score"] = round(100.0 * d["killed"] / scored, 1) if scored else 100.0
+        key = ("killed" if m.status in ("killed", "timeout") else "equivalent" if m.status == "equivalent"
+               else "not_covered" if m.status == "not covered" else "survived" if m.status == "survived" else "error")
+        d[key] += 1
+    return d
 
-    survivors = [m for m in mutants if m.status not in ("killed", "timeout", "equivalent")]
-    out = ["surviving mutants:"] + [f"  {m.where()}  [{m.status}]" for m in survivors]
+
+def scores(record: dict) -> dict[str, dict]:
+    """Per target (MODULES entry) and overall, from the record's files."""
+    per: dict[str, dict] = {}
+    for rel, f in record["files"].items():
+        for key in (target_of(rel), "overall"):
+            d = per.setdefault(key, {"mutants": 0, "killed": 0, "equivalent": 0, "survived": 0, "not_covered": 0,
+                                     "error": 0})
+            for k in d:
+                d[k] += f[k]
+    for d in per.values():
+        d["scored"] = d["mutants"] - d["equivalent"]
+        d["score"] = round(100.0 * d["killed"] / d["scored"], 1) if d["scored"] else 100.0
+    return per
+
+
+def write_summary(record: dict, unknown: list[str]) -> None:
+    """benchmarks/results/mutation.txt from the record: the score per target, then every survivor."""
+    per = scores(record)
+    head = "mutation score (killed / scored mutants):"
+    out = [head]
+    for key in sorted(per, key=lambda k: (k == "overall", k)):
+        d = per[key]
+        out.append(f"  {key:52} {d['killed']:5} / {d['scored']:5}  {d['score']:5.1f} %"
+                   + (f"  ({d['equivalent']} equivalent)" if d["equivalent"] else ""))
+    o = per.get("overall", {})
+    out.append(f"  scored = {SCORED}; overall: {o.get('killed', 0)} killed, {o.get('survived', 0)} survived, "
+               f"{o.get('not_covered', 0)} not covered, {o.get('error', 0)} error")
+    runs: dict[str, list[str]] = {}
+    for rel, f in sorted(record["files"].items()):
+        runs.setdefault(f"commit {f['commit'][:12]}{' + changes' if f['uncommitted'] else ''}, {f['date']}",
+                        []).append(rel)
+    out.append("  each file's figures are from the run that last mutated it (its content hash is in "
+               f"{RECORD.name}; {REFRESH} reruns the files that changed):")
+    for run, rels in sorted(runs.items(), key=lambda x: x[0].split(", ")[-1]):
+        out.append(f"    {run}: {len(rels)} file(s)" + (f" ({', '.join(rels)})" if len(rels) <= 4 else ""))
+    for r in record.get("runs", [])[-3:]:
+        out.append(f"    run {r['date']}: {r['files']} file(s), {r['mutants']} mutants in {r['minutes']} min, "
+                   f"{r['jobs']} job(s), at most {r['max_tests']} tests a mutant; control: {r['control_tests']} "
+                   f"tests passed unmutated")
+    out += ["", "surviving mutants:"]
+    for rel, f in sorted(record["files"].items()):
+        out += [f"  {s['where']}  [{s['status']}]" for s in f["survivors"]]
     if unknown:
         out += ["", f"{EQUIVALENT.name}: entries matching no mutant any more (remove or update them):"]
         out += [f"  {ident}" for ident in unknown]
-    live = [f"{path}:{func} ({why})" for path, funcs in LIVE.items() if path in files for func, why in funcs.items()]
+    live = [f"{path}:{func} ({why})" for path, funcs in LIVE.items() if path in record["files"]
+            for func, why in funcs.items()]
     if live:
         out += ["", "not mutated, they run only against live hosts (the lab tests'):"] + [f"  {x}" for x in live]
+    only = [f"{path}: only {', '.join(funcs)}" for path, funcs in ONLY.items() if path in record["files"]]
+    if only:
+        out += ["", "files of which only the checking functions are mutated:"] + [f"  {x}" for x in only]
+    SUMMARY.write_text("\n".join(out) + "\n")
+    print("\n" + "\n".join(out[:out.index("surviving mutants:")]))
+
+
+def report(args, mutants: list[Mutant], files: list[str], equivalent: dict, unknown: list, started: float,
+           control_tests: int, copy: Path) -> int:
+    """Writes the run's JSON (every mutant), updates the record of the files it ran (the hash of
+    what was mutated: the private copy's, taken when the run began) and the summary."""
     elapsed = time.monotonic() - started
-    out += ["", "mutation score (killed / mutants that are not equivalent):"]
-    for key in sorted(per, key=lambda k: (k == "overall", k)):
-        d = per[key]
-        out.append(f"  {key:52} {d['killed']:5} / {d['mutants'] - d['equivalent']:5}  {d['score']:5.1f} %"
-                   + (f"  ({d['equivalent']} equivalent)" if d["equivalent"] else ""))
-    out.append(f"  ({elapsed / 60:.1f} min, {args.jobs} jobs, at most {args.max_tests} tests a mutant)")
-    print("\n" + "\n".join(out))
+    survivors = [m for m in mutants if m.status not in ("killed", "timeout", "equivalent")]
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", *files, "tests/unit"],
-                                capture_output=True, text=True).stdout.strip())
+
+    def dirty(rel: str) -> bool:  # the mutated copy is not the file at HEAD
+        at_head = subprocess.run(["git", "-C", str(ROOT), "show", f"HEAD:{rel}"], capture_output=True, text=True)
+        return at_head.returncode != 0 or at_head.stdout != (copy / rel).read_text()
+
     data = {
-        "command": "python3 benchmarks/mutation.py" + "".join(f" --module {m}" for m in args.module or []),
-        "commit": commit, "uncommitted_changes": dirty, "jobs": args.jobs, "max_tests": args.max_tests,
-        "minutes": round(elapsed / 60, 1),
-        "modules": args.module or MODULES, "scores": per,
-        "tests_failing_without_mutants": failed,
+        "command": " ".join(["python3 benchmarks/mutation.py", *sys.argv[1:]]),
+        "commit": commit, "jobs": args.jobs, "max_tests": args.max_tests, "minutes": round(elapsed / 60, 1),
+        "files": files, "control_tests": control_tests, "scored": SCORED,
         "not_mutated": {path: funcs for path, funcs in LIVE.items() if path in files},
         "equivalent": [{"id": m.id, "where": m.where(), "why": equivalent[m.id]} for m in mutants
                        if m.status == "equivalent"],
@@ -950,11 +1104,36 @@ def report(args, mutants: list[Mutant], files: list[str], equivalent: dict, unkn
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(data, indent=1) + "\n")
-    summary = args.json.with_suffix(".txt")  # the score first, then the survivors
-    summary.write_text("\n".join(out[out.index("mutation score (killed / mutants that are not equivalent):"):]
-                                 + [f"  commit {commit}" + (" + uncommitted changes" if dirty else ""), ""]
-                                 + out[:out.index("mutation score (killed / mutants that are not equivalent):")]))
-    print(f"  written: {args.json}, {summary}")
+    print(f"  written: {args.json} (every mutant)")
+    if args.survivors_of:  # a partial run: it says nothing of the other mutants
+        killed = sum(m.status in ("killed", "timeout") for m in mutants)
+        print(f"mutation: {killed} of the {len(mutants)} mutants run were killed ({elapsed / 60:.1f} min); "
+              f"the record is left as it was")
+        return 0
+    record = read_record()
+    date = time.strftime("%Y-%m-%d %H:%M")
+    for rel in files:
+        ms = [m for m in mutants if m.path == rel]
+        record["files"][rel] = {
+            "sha256": content_hash(copy, rel), "commit": commit, "uncommitted": dirty(rel), "date": date,
+            **file_stats(rel, ms),
+            "survivors": [{"where": m.where(), "status": m.status} for m in ms
+                          if m.status not in ("killed", "timeout", "equivalent")],
+            "equivalent_mutants": [{"where": m.where(), "why": equivalent[m.id]} for m in ms
+                                   if m.status == "equivalent"],
+        }
+    every = set(target_files(ROOT, MODULES))
+    record["files"] = {rel: f for rel, f in sorted(record["files"].items()) if rel in every}
+    record.setdefault("runs", []).append({"date": date, "commit": commit, "files": len(files),
+                                          "mutants": len(mutants), "minutes": round(elapsed / 60, 1),
+                                          "jobs": args.jobs, "max_tests": args.max_tests,
+                                          "control_tests": control_tests})
+    record["runs"] = record["runs"][-10:]
+    record["scored"] = SCORED
+    record["refresh"] = REFRESH
+    RECORD.write_text(json.dumps(record, indent=1) + "\n")
+    write_summary(record, unknown)
+    print(f"  written: {RECORD}, {SUMMARY}")
     return 0
 
 
