@@ -91,7 +91,7 @@ TESTS_FOR = {
 # the lab tests exercise them, the unit suite cannot, so they are not mutated (listed in the
 # result). Argparse wiring (add_parser) is not mutated either.
 LIVE = {
-    "kvprov/audit.py": {"gather": "captures every host through Ansible", "cmd_audit": "the CLI on live hosts"},
+    "kvprov/audit.py": {"cmd_audit": "the CLI on live hosts"},
     "kvprov/validate/collect.py": {"collect": "captures every host through Ansible",
                                    "cmd_collect": "the CLI on live hosts"},
     "plugins/modules/kvprov_mount_state.py": {
