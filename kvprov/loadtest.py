@@ -43,6 +43,7 @@ import http.client
 import ipaddress
 import json
 import random
+import ssl
 import sys
 import threading
 import time
@@ -75,7 +76,8 @@ class Endpoint:
     url: str  # scheme://host:port[/prefix], without /v1
     metrics_urls: list[str] = field(default_factory=list)
     engine: str | None = None
-    api_key: str | None = field(default=None, repr=False)  # sent as Bearer; never printed or stored
+    api_key: str | None = field(default=None, repr=False)  # sent as Bearer to its API only; never printed or stored
+    ca_file: str | None = None  # https: the CA certificates to verify it with (None: the trust store)
     max_model_len: int | None = None  # from /v1/models, else the inventory
     max_model_len_from: str = ""
     model: str | None = None  # served name, from /v1/models
@@ -137,11 +139,12 @@ def read_api_key(path: str, variable: str) -> str:
     return lines[0].strip()
 
 
-def url_endpoints(urls: list[str], api_key: str | None, tokenizer: str | None) -> list[Endpoint]:
+def url_endpoints(urls: list[str], api_key: str | None, tokenizer: str | None,
+                  ca_file: str | None = None) -> list[Endpoint]:
     out = []
     for text in urls:
         base = parse_url(text)
-        out.append(Endpoint(name=urlsplit(base).netloc + urlsplit(base).path, url=base,
+        out.append(Endpoint(name=urlsplit(base).netloc + urlsplit(base).path, url=base, ca_file=ca_file,
                             metrics_urls=[f"{base}/metrics"], api_key=api_key, model_path=tokenizer))
     return out
 
@@ -173,7 +176,7 @@ def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instanc
             name = f"{host}/{inst['name']}"
             if instances and inst["name"] not in instances and name not in instances:
                 continue
-            base = f"http://{_host_in_url(address)}:{inst['port']}"
+            base = f"{engine.get('scheme', 'http')}://{_host_in_url(address)}:{inst['port']}"
             metrics = [f"{base}/metrics"]
             if inst.get("metrics_port"):  # the LMCache MP server's Prometheus port binds every interface
                 metrics.append(f"http://{_host_in_url(address if _is_loopback(address) else reach)}:"
@@ -181,7 +184,8 @@ def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instanc
             ep = Endpoint(name=name, url=base, metrics_urls=metrics, engine=engine["name"], problem=problem,
                           host=host, units=list(inst.get("units", [])), storage_dir=inst.get("storage_dir") or None,
                           max_model_len=limit or None, max_model_len_from="kvprov_vllm_max_model_len" if limit else "",
-                          model_path=tokenizer or v.get("kvprov_engine_model_path"))
+                          model_path=tokenizer or v.get("kvprov_engine_model_path"),
+                          ca_file=v.get("kvprov_engine_tls_ca_file") or None)
             if key_file and not problem:
                 try:
                     ep.api_key = read_api_key(key_file, "kvprov_engine_api_key_file")
@@ -344,22 +348,30 @@ class Client:
 
     def _conn(self, url: str) -> tuple[http.client.HTTPConnection, str]:
         parts = urlsplit(url)
-        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        return cls(parts.hostname, parts.port, timeout=self.timeout), parts.path or "/"
+        if parts.scheme == "https":  # verified: the endpoint's CA file, else the trust store
+            tls = ssl.create_default_context(cafile=self.ep.ca_file)
+            return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=self.timeout,
+                                               context=tls), parts.path or "/"
+        return http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout), parts.path or "/"
 
-    def _headers(self, body: bool) -> dict:
+    def _headers(self, url: str, body: bool) -> dict:
         h = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         if body:
             h["Content-Type"] = "application/json"
-        if self.ep.api_key:
+        if self.ep.api_key and self.sends_key(url):
             h["Authorization"] = f"Bearer {self.ep.api_key}"
         return h
+
+    def sends_key(self, url: str) -> bool:
+        """The key goes to the endpoint's own API only: not to its /metrics (open on every
+        engine) nor to another port (LMCache MP's metrics, plain HTTP)."""
+        return url.startswith(self.ep.url + "/") and url != self.ep.url + "/metrics"
 
     def call(self, method: str, url: str, body: dict | None = None, limit: int = 16 << 20) -> tuple[int, bytes]:
         conn, path = self._conn(url)
         try:
             conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
-                         headers=self._headers(body is not None))
+                         headers=self._headers(url, body is not None))
             resp = conn.getresponse()
             return resp.status, resp.read(limit)
         finally:
@@ -391,7 +403,7 @@ class Client:
         conn, base = self._conn(self.ep.url + path)
         pieces, chunks, usage = [], 0, None
         try:
-            conn.request("POST", base, body=json.dumps(body).encode(), headers=self._headers(True))
+            conn.request("POST", base, body=json.dumps(body).encode(), headers=self._headers(self.ep.url + path, True))
             resp = conn.getresponse()
             if resp.status != 200:
                 out["error"] = f"POST {path}: HTTP {resp.status}{_auth_hint(resp.status, self.ep)}: " \
@@ -468,6 +480,9 @@ def _choice_text(choice: dict) -> str:
 def _oserror(e: Exception) -> str:
     if isinstance(e, TimeoutError) or "timed out" in str(e):
         return "timed out"
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return (f"TLS: the engine's certificate is not trusted ({e.verify_message}; the CA goes in "
+                "kvprov_engine_tls_ca_file, or --cacert with --url)")
     return getattr(e, "strerror", None) or str(e) or type(e).__name__
 
 
@@ -935,6 +950,8 @@ def add_parser(sub) -> None:
     p.add_argument("--url", action="append", default=[], metavar="URL",
                    help="an OpenAI-compatible server to measure instead (repeatable; no inventory needed)")
     p.add_argument("--api-key-file", metavar="F", help="with --url: a file holding the API key (sent as Bearer)")
+    p.add_argument("--cacert", metavar="F", help="with an https --url: the CA certificates to verify it with "
+                                                  "(default: the trust store)")
     inventory.add_limit_arg(p)
     p.add_argument("--instances", metavar="NAMES", help="comma-separated instance names (main or host/main)")
     p.add_argument("--prompt-tokens", type=_int_list, default=",".join(map(str, DEFAULT_PROMPT_TOKENS)), metavar="L1,L2,...",
@@ -1115,8 +1132,10 @@ def cmd_loadtest(args) -> int:
         return EXIT_OK
     if bool(sources) == bool(args.url):
         raise KvprovError("give an INVENTORY or --url URL (not both)", EXIT_USAGE)
-    if args.api_key_file and not args.url:
-        raise KvprovError("--api-key-file goes with --url (the inventory names its own key file)", EXIT_USAGE)
+    if (args.api_key_file or args.cacert) and not args.url:
+        raise KvprovError("--api-key-file and --cacert go with --url (the inventory names its own files)", EXIT_USAGE)
+    if args.cacert and not Path(args.cacert).is_file():
+        raise KvprovError(f"--cacert {args.cacert}: not a file", EXIT_USAGE)
     if args.url and (args.replay or args.cross_host):
         raise KvprovError("--replay and --cross-host restart the engines through the inventory: not with --url",
                           EXIT_USAGE)
@@ -1131,7 +1150,7 @@ def cmd_loadtest(args) -> int:
     started = datetime.now(timezone.utc)
     if args.url:
         key = read_api_key(args.api_key_file, "--api-key-file") if args.api_key_file else None
-        endpoints = url_endpoints(args.url, key, args.tokenizer)
+        endpoints = url_endpoints(args.url, key, args.tokenizer, args.cacert)
     else:
         names = [n.strip() for n in args.instances.split(",") if n.strip()] if args.instances else None
         endpoints = load_inventory_endpoints(sources, args.limit, names, args.tokenizer)

@@ -7,7 +7,8 @@ from kvprov.check import bounds
 from kvprov.check.fleet import sharing
 from kvprov.check.host import HostView, instances_var
 from kvprov.check.values import (DEPRECATED, ENGINES, ENGINE_PREFIXES, LMCACHE_MP_INSTANCE_KEYS, TIERLESS_ENGINES,
-                                 VALUE_RULES, VLLM_ENGINES, int_range, is_int, listen_address)
+                                 VALUE_RULES, VLLM_ENGINES, int_range, is_int, listen_address,
+                                 tls_pair_mismatch)
 from kvprov.inventory import Problem
 
 
@@ -16,7 +17,7 @@ def engine_rules(h: HostView) -> list[Problem]:
     engine = h.get("kvprov_engine")
     if engine not in ENGINES:
         return []
-    out = _other_engines_settings(h, engine) + _exposure(h) + _s3_without_credentials(h) + _evict_marks(h) + sharing(h)
+    out = _other_engines_settings(h, engine) + _exposure(h) + _tls(h) + _s3_without_credentials(h) + _evict_marks(h) + sharing(h)
     instances = h.get(instances_var(h)) or []
     out += _instance_ports(h, engine, instances)
     rules = {"vllm_offload": _vllm_offload, "lmcache_mp": _lmcache_mp, "lmcache_inproc": _lmcache_inproc}
@@ -43,6 +44,18 @@ def _exposure(h: HostView) -> list[Problem]:
                                                     "key does not guard every route (POST /invocations serves without "
                                                     "it), the unit's IPAddressAllow= does"))
     return out
+
+
+def _tls(h: HostView) -> list[Problem]:
+    """The engine's TLS certificate and key come together and belong together."""
+    cert, key = h.get("kvprov_engine_tls_cert_file"), h.get("kvprov_engine_tls_key_file")
+    if bool(cert) != bool(key):
+        given, missing = ("kvprov_engine_tls_cert_file", "kvprov_engine_tls_key_file") if cert else \
+            ("kvprov_engine_tls_key_file", "kvprov_engine_tls_cert_file")
+        return [h.problem(given, f"TLS needs both the certificate and its private key: set {missing} too")]
+    why = tls_pair_mismatch(cert, key) if cert else None
+    return [h.problem("kvprov_engine_tls_key_file", f'"{key}": {why} ("{cert}", kvprov_engine_tls_cert_file)')] \
+        if why else []
 
 
 def _s3_without_credentials(h: HostView) -> list[Problem]:

@@ -504,6 +504,76 @@ def secret_file(value: str) -> list[Finding]:
     return out
 
 
+def _pem(value: str, what: str, load: Callable[[bytes], Any]) -> tuple[Any, list[Finding]]:
+    """A controller PEM file loaded with `load` (cryptography): (the object or None, findings).
+    Its content is never printed."""
+    if not value:
+        return None, []
+    lines, out = _secret_lines(value, what)
+    if lines is None:
+        return None, out
+    try:
+        return load("\n".join(lines).encode()), out
+    except (ValueError, TypeError) as e:
+        reason = "it is encrypted: give the key without a passphrase (it stays root-only on the host)" \
+            if "password" in str(e).lower() or "encrypted" in str(e).lower() else "it does not parse"
+        return None, [Finding(f'"{value}" is not {what} in PEM form: {reason}')] + out
+
+
+def tls_cert_file(value: str) -> list[Finding]:
+    """The engine's TLS certificate (PEM, the leaf first): parses and has not expired."""
+    from cryptography import x509
+
+    cert, out = _pem(value, "a certificate", lambda b: x509.load_pem_x509_certificates(b)[0])
+    if cert is not None:
+        import datetime
+
+        now = datetime.datetime.now(datetime.timezone.utc)
+        if cert.not_valid_after_utc < now:
+            out.insert(0, Finding(f'"{value}": the certificate expired on {cert.not_valid_after_utc:%Y-%m-%d}'))
+        elif cert.not_valid_before_utc > now:
+            out.insert(0, Finding(f'"{value}": the certificate is not valid before {cert.not_valid_before_utc:%Y-%m-%d}'))
+    return out
+
+
+def tls_key_file(value: str) -> list[Finding]:
+    """The engine's TLS private key (PEM, no passphrase)."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    return _pem(value, "a private key", lambda b: load_pem_private_key(b, password=None))[1]
+
+
+def tls_ca_file(value: str) -> list[Finding]:
+    """CA certificates (PEM) the controller's clients verify the engine with (public: any mode)."""
+    from cryptography import x509
+
+    found = absolute_path(value) if value else []
+    if found or not value:
+        return found
+    try:
+        x509.load_pem_x509_certificates(Path(value).read_bytes())
+    except OSError as e:
+        return [Finding(f'"{value}" cannot be read on this controller: {e.strerror or e}')]
+    except ValueError:
+        return [Finding(f'"{value}" holds no PEM certificate')]
+    return []
+
+
+def tls_pair_mismatch(cert_file: str, key_file: str) -> str | None:
+    """Why the certificate and key do not belong together (None: they do, or either is unusable,
+    which their own rules report)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_pem_private_key
+
+    try:
+        cert = x509.load_pem_x509_certificates(Path(cert_file).read_bytes())[0]
+        key = load_pem_private_key(Path(key_file).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError):
+        return None
+    public = [k.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo) for k in (cert.public_key(), key.public_key())]
+    return None if public[0] == public[1] else "the private key does not belong to the certificate"
+
+
 # ---- S3 credentials (NIXL's OBJ plugin, LMCache's S3 backends)
 
 S3_CREDENTIAL_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
@@ -738,6 +808,9 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_engine_host": listen_address,
     "kvprov_engine_api_key_file": secret_file,
     "kvprov_engine_hf_token_file": secret_file,
+    "kvprov_engine_tls_cert_file": tls_cert_file,
+    "kvprov_engine_tls_key_file": tls_key_file,
+    "kvprov_engine_tls_ca_file": tls_ca_file,
     "kvprov_engine_s3_credentials_file": s3_credentials_file,
     "kvprov_engine_model_path": model_path,
     "kvprov_engine_environment": all_of(environment, s3_secrets_in_environment, bounds.secret_environment),

@@ -267,12 +267,23 @@ METRIC_PREFIXES = ("vllm:prefix_cache_", "vllm:external_prefix_cache_", "vllm:pr
                    "sglang:backuped_tokens_total", "sglang:storage_prefetch_")
 
 
-def http_get(url: str, timeout: float = 5) -> tuple:
-    """(status, body, error) of a GET on the host itself."""
+def pinned_tls(cert: str):
+    """A TLS context that trusts exactly the certificate deployed for the engine (its file on this
+    host): the engine on this host's own address must present it; no CA or name is involved."""
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False  # pinned: the certificate itself is the identity
+    ctx.load_verify_locations(cafile=cert)
+    ctx.verify_flags |= getattr(ssl, "VERIFY_X509_PARTIAL_CHAIN", 0x80000)  # a leaf trusted alone
+    return ctx
+
+
+def http_get(url: str, timeout: float = 5, tls=None) -> tuple:
+    """(status, body, error) of a GET on the host itself (`tls`: the context of an https URL)."""
     import urllib.error
     import urllib.request
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(url, timeout=timeout, context=tls) as resp:
             return resp.status, resp.read(4 << 20).decode("utf-8", "replace"), None
     except urllib.error.HTTPError as e:
         return e.code, "", str(e)
@@ -324,18 +335,25 @@ def redact(argv: list) -> list:
     return out
 
 
-def probe_service(unit: str, host: str, port, path: str) -> tuple:
-    """({unit, running, url, status, ok, error}, the cache metrics or None) of one engine unit."""
+def probe_service(unit: str, host: str, port, path: str, tls_cert: str | None = None) -> tuple:
+    """({unit, running, url, status, ok, error}, the cache metrics or None) of one engine unit
+    (`tls_cert`: it serves https with this certificate)."""
     active = run(["systemctl", "is-active", "--quiet", unit], 10)[0] == 0
-    url = f"http://{host}:{port}{path}"
+    base = f"{'https' if tls_cert else 'http'}://{host}:{port}"
+    url = base + path
     h = {"unit": unit, "running": active, "url": url, "status": None, "ok": False,
          "error": None if active else "not running"}
     if not active:
         return h, None
-    h["status"], body, h["error"] = http_get(url)
+    try:
+        tls = pinned_tls(tls_cert) if tls_cert else None
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+        h["error"] = f"the deployed certificate {tls_cert}: {e}"
+        return h, None
+    h["status"], body, h["error"] = http_get(url, tls=tls)
     h["ok"] = h["status"] == 200
     if path != "/metrics":
-        body = http_get(f"http://{host}:{port}/metrics")[1]
+        body = http_get(f"{base}/metrics", tls=tls)[1]
     metrics = "".join(line + "\n" for line in body.splitlines() if line.startswith(METRIC_PREFIXES))
     return h, metrics if body else None
 
@@ -578,7 +596,8 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     if probes:
         health = {}
         for inst in engine["instances"]:
-            health[inst["name"]], metrics = probe_service(inst["unit"], engine["connect_host"], inst["port"], "/health")
+            health[inst["name"]], metrics = probe_service(inst["unit"], engine["connect_host"], inst["port"], "/health",
+                                                         engine.get("tls_cert"))
             if metrics is not None:
                 out[f"metrics/{inst['name']}.txt"] = metrics
             for unit in inst["units"]:

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,6 +21,7 @@ from kvprov import namespace
 from kvprov.lab import inventory, topology
 from kvprov.lab.ssh import ssh, ssh_args
 from tests.conftest import LAB_CONTAINERS, kvprov
+from tests.tls import engine_tls_files
 
 pytestmark = pytest.mark.lab
 
@@ -37,6 +39,7 @@ VLLM_UNIT = f"/etc/systemd/system/{VLLM}"
 API_KEY = "kvprov-lab-key-0123456789abcdef"  # deployed from a root-only file on the controller
 GPU1, STORAGE = ("127.0.0.1", topology.SSH_PORT_BASE + 1), ("127.0.0.1", topology.SSH_PORT_BASE)
 PEER_NFS = "/mnt/kvprov-peer"  # the peer's own mount of the export on kvlab-gpu1 (nfs_relay.py)
+PKI = {}  # the engine's TLS files on the controller (tests/tls.py), made by the engine fixture
 RUNS = {}  # loadtest JSONs of this module's runs, by label (the baseline test compares with the tier's)
 
 
@@ -46,14 +49,20 @@ def sh(command, timeout=120):
     return r.stdout
 
 
+# The API speaks TLS (kvprov_engine_tls_*): requests from inside a container verify it with the
+# lab CA, copied there by the engine fixture (the certificate names every container and loopback).
+CA_IN_CONTAINER = "/root/kvprov-lab-ca.pem"
+TLS = f"ssl.create_default_context(cafile='{CA_IN_CONTAINER}')"
+
+
 def http(path, body=None, port=8000, timeout=120, key=API_KEY, status=200):
     """A request from inside the container (the engine listens on its loopback); `status`:
     the HTTP status expected."""
-    code = ("import json,sys,urllib.request as u; d=sys.stdin.read().encode() or None; "
-            f"r=u.Request('http://127.0.0.1:{port}{path}', data=d, headers={{'Content-Type':'application/json', "
+    code = ("import json,ssl,sys,urllib.request as u; d=sys.stdin.read().encode() or None; "
+            f"r=u.Request('https://127.0.0.1:{port}{path}', data=d, headers={{'Content-Type':'application/json', "
             f"'Authorization':'Bearer {key}'}}); "
-            "exec('try: print(u.urlopen(r, timeout=%d).read().decode())\\nexcept u.HTTPError as e: "
-            "print(e.read().decode()); sys.exit(e.code %% 256)')" % timeout)
+            "exec('try: print(u.urlopen(r, timeout=%d, context=%s).read().decode())\\nexcept u.HTTPError as e: "
+            "print(e.read().decode()); sys.exit(e.code %% 256)')" % (timeout, TLS))
     r = subprocess.run([*ssh_args(*ADDR), f"python3 -c \"{code}\""], input=json.dumps(body) if body else "",
                        capture_output=True, text=True, timeout=timeout + 30)
     assert r.returncode == (0 if status == 200 else status % 256), r.stdout[-2000:] + r.stderr[-2000:]
@@ -63,8 +72,8 @@ def http(path, body=None, port=8000, timeout=120, key=API_KEY, status=200):
 def wait_healthy(deadline=300, addr=ADDR):
     end = time.monotonic() + deadline
     while time.monotonic() < end:
-        if ssh(*addr, "python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:8000/health', timeout=5)\"",
-               timeout=30).returncode == 0:
+        if ssh(*addr, f"python3 -c \"import ssl, urllib.request as u; u.urlopen('https://127.0.0.1:8000/health', "
+                      f"timeout=5, context={TLS})\"", timeout=30).returncode == 0:
             return
         time.sleep(5)
     raise AssertionError(f"{VLLM} not healthy after {deadline}s:\n" + ssh(*addr, f"journalctl -u {VLLM} -u {SERVER} "
@@ -80,14 +89,15 @@ def validate(inv, tmp_path, *args):
 
 def engine_inventory(d, *indexes):
     """The engine inventory for containers kvlab-c<indexes> (one namespace) in directory d. With
-    the key, the API listens beyond loopback: the controller's loadtest reaches it (and the
-    LMCache server's metrics, allowed for the controller's side of each container link)."""
+    the key, the API listens beyond loopback over TLS (the module's certificate, for every
+    container): the controller's loadtest reaches it (and the LMCache server's metrics, plain
+    HTTP, allowed for the controller's side of each container link)."""
     key = d / "api-key"
     key.write_text(API_KEY + "\n")
     key.chmod(0o600)
     data = inventory.build_engine(*indexes)
     group = data["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]["vars"]
-    group.update({"kvprov_engine_api_key_file": str(key), "kvprov_engine_host": "0.0.0.0",
+    group.update({**PKI, "kvprov_engine_api_key_file": str(key), "kvprov_engine_host": "0.0.0.0",
                   "kvprov_engine_clients": [f"10.98.{i}.1/32" for i in sorted(indexes)],
                   "kvprov_lmcache_mp_metrics_allow": [f"10.98.{i}.1/32" for i in sorted(indexes)]})
     inv = d / f"lab-engine-{'-'.join(map(str, indexes))}.yml"
@@ -121,6 +131,12 @@ def engine(lab, tmp_path_factory):
         pytest.fail("the engine lab needs scripts/install-deps (engine wheelhouse and venv) and the tiny model "
                     "(`kvprov lab up` builds it)")
     d = tmp_path_factory.mktemp("engine")
+    PKI.update(engine_tls_files(tmp_path_factory.mktemp("pki"), ("127.0.0.1", *(f"10.98.{i}.2" for i in
+                                                                              range(1, LAB_CONTAINERS + 1)))))
+    ca = Path(PKI["kvprov_engine_tls_ca_file"]).read_text()
+    for i in range(1, LAB_CONTAINERS + 1):
+        subprocess.run([*ssh_args(f"10.98.{i}.2", 22), f"cat > {CA_IN_CONTAINER}"], input=ca, text=True, check=True,
+                       timeout=60)
     inv = engine_inventory(d, INDEX)
     out = d / "deploy.json"
     r = kvprov("deploy", str(inv), "--json", str(out), timeout=1800)
@@ -144,8 +160,12 @@ def test_deploy_installs_and_starts_a_real_engine_and_a_second_deploy_from_a_vau
     assert r.returncode == 0 and json.loads(out.read_text())["hosts"][HOST]["changed"] == 0, r.stdout[-4000:]
 
 
-def test_the_api_key_is_required_and_kept_out_of_units_logs_and_bundles(engine, tmp_path):
+def test_the_api_key_and_tls_are_required_and_kept_out_of_units_logs_and_bundles(engine, tmp_path):
     inv, _ = engine
+    # TLS only (verified with the lab CA in http()); a plain HTTP request gets no answer
+    plain = ssh(*ADDR, "python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:8000/health', timeout=10)\"",
+                timeout=60)
+    assert plain.returncode != 0 and "Error" in plain.stderr, plain
     assert "tiny" in http("/v1/models")
     assert "Unauthorized" in http("/v1/models", key="wrong", status=401)
     # vLLM checks the key under /v1, /v2, /inference and /cohere only; kvprov's --middleware
@@ -155,15 +175,20 @@ def test_the_api_key_is_required_and_kept_out_of_units_logs_and_bundles(engine, 
     assert '"choices"' in http("/invocations", completion)  # SageMaker's route, with the key
     assert "Unauthorized" in http("/tokenize", {"model": "tiny", "prompt": "kvprov"}, key="wrong", status=401)
     assert "# TYPE " in http("/metrics", key="") and http("/health", key="").strip() == ""
-    assert sh("stat -c '%U %a' /etc/kvprov/secrets/engine.env").split() == ["root", "600"]
+    secrets = [f"/etc/kvprov/secrets/{name}" for name in ("engine.env", "engine-tls.crt", "engine-tls.key")]
+    assert sh(f"stat -c '%U %a' {' '.join(secrets)}").split() == ["root", "600"] * 3
     seen = sh(f"systemctl show {SERVER} {VLLM}; cat /etc/systemd/system/kvprov-*.service; "
               f"journalctl -b --no-pager | tail -n 5000")
     assert API_KEY not in seen and "EnvironmentFiles=/etc/kvprov/secrets/engine.env" in seen
+    assert "PRIVATE KEY" not in seen and "LoadCredential=engine-tls.key:/etc/kvprov/secrets/engine-tls.key" in seen
+    # the process got the key as a credential (systemd's %d), not the material on its command line
+    cmdline = sh(f"tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value {VLLM})/cmdline")
+    assert "--ssl-keyfile /run/credentials/kvprov-vllm-main.service/engine-tls.key" in cmdline, cmdline
     out = tmp_path / "bundle"
     r = kvprov("collect", str(inv), "--out", str(out), timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     texts = [p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()]
-    assert texts and not any(API_KEY in text for text in texts)
+    assert texts and not any(API_KEY in text or "PRIVATE KEY" in text for text in texts)
 
 
 def test_loadtest_later_turns_hit_the_prefix_and_a_replay_after_restart_is_served_from_l2(engine, tmp_path):
@@ -319,8 +344,17 @@ def test_validate_catches_an_unwritable_l2_directory(engine, tmp_path):
     found = results["engine.main.storage_dir"]
     assert r.returncode == 1 and found["status"] == "fail"
     assert "is not writable by kvprov-engine" in found["found"] and "chown kvprov-engine" in found["fix"]
+    # The same repair puts back the vLLM key guard, edited by hand meanwhile: code every instance
+    # loads (as SGLang's sitecustomize.py), so its change owes every instance a restart, or the old
+    # code would go on serving (a directory's mode owes none).
+    guard = "/usr/local/lib/kvprov-vllm/kvprov_vllm_guard.py"
+    pid = sh(f"systemctl show -p MainPID --value {VLLM}").strip()
+    sh(f"echo '# edited by hand' >> {guard}")
     r = kvprov("deploy", str(inv), "--tags", "engine", timeout=900)
     assert r.returncode == 0 and sh(f"stat -c '%U %a' {INST_DIR}").split() == ["kvprov-engine", "750"]
+    assert "edited by hand" not in sh(f"cat {guard}") and sh("ls -A /var/lib/kvprov/restart-pending").strip() == ""
+    assert sh(f"systemctl show -p MainPID --value {VLLM}").strip() not in (pid, "0"), "the instance was not restarted"
+    wait_healthy()
 
 
 def test_validate_catches_a_stopped_server(engine, tmp_path):

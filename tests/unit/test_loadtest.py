@@ -99,7 +99,8 @@ class StandIn:
 
             def do_GET(self):
                 outer.seen.append(("GET", self.path, self.headers.get("Authorization")))
-                if outer.key and self.headers.get("Authorization") != f"Bearer {outer.key}":
+                # the key guards the API; /metrics is open (vLLM, kvprov's vLLM guard and SGLang alike)
+                if outer.key and self.path != "/metrics" and self.headers.get("Authorization") != f"Bearer {outer.key}":
                     return self.reply(401, {"error": "Unauthorized"})
                 if self.path == "/v1/models":
                     return self.reply(200, {"object": "list", "data": [
@@ -354,7 +355,9 @@ def test_run_writes_json_png_and_html_and_later_turns_hit_the_prefix(standins, t
         assert (p["cache"]["hit_tokens"]["vllm_prefix"] > 0) == (p["turn"] == 2)  # turn 2 repeats turn 1's prefix
     assert doc["points"][1]["server_prompt_tokens_mean"] > doc["points"][0]["server_prompt_tokens_mean"]
     # every request carried the key; nothing anywhere else; the key never reached an output
-    assert all(a == "Bearer sk-standin-key" for s in (chat, comp) for _, _, a in s.seen)
+    # the key goes to the API only, never to /metrics (open on every engine)
+    assert all(a == (None if p == "/metrics" else "Bearer sk-standin-key") for s in (chat, comp) for _, p, a in s.seen)
+    assert {p for s in (chat, comp) for _, p, _ in s.seen} > {"/metrics"}
     assert set(comp.posts()) == {"/v1/chat/completions", "/v1/completions"} and set(chat.posts()) == {
         "/v1/chat/completions"}
     for f in out.iterdir():
@@ -406,8 +409,9 @@ def test_inventory_endpoints_with_the_key_the_lmcache_server_metrics_and_the_mod
     assert (ep["name"], ep["url"], ep["engine"], ep["max_model_len_from"]) == \
         ("kvlab-c1/main", engine.url, "lmcache_mp", "/v1/models")
     assert ep["metrics_urls"] == [f"{engine.url}/metrics", f"{server.url}/metrics"]
-    assert all(a == "Bearer sk-inventory-key" for _, _, a in engine.seen)
-    assert [p for _, p, _ in server.seen] == ["/metrics"] * 4  # before and after each of the 2 points
+    assert all(a == (None if p == "/metrics" else "Bearer sk-inventory-key") for _, p, a in engine.seen)
+    # LMCache's metrics port (plain HTTP, another port): never the key
+    assert [(p, a) for _, p, a in server.seen] == [("/metrics", None)] * 4  # before and after each of the 2 points
     assert doc["settings"]["source"] == "inventory" and len(doc["points"]) == 2
     assert doc["points"][1]["cache"]["hit_tokens"]["vllm_prefix"] > 0 and not doc["points"][1]["metrics_errors"]
     import importlib.util
