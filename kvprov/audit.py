@@ -46,8 +46,8 @@ from kvprov.validate.context import CHECKS, Context, run_check
 from kvprov.validate.report import write_file, write_reports
 from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result, res, show
 
-MANAGED_DIRS = "managed_dirs.json"
-VENVS = "venvs.json"
+MANAGED_DIRS = bf.MANAGED_DIRS  # the collector module names every captured file (bundle.py)
+VENVS = bf.VENVS
 # Configuration checks shared with validate: the live mount and its persistence.
 MOUNT_CHECKS = ("mount.present", "mount.source", "mount.options", "mount.lookupcache", "mount.transport", "mount.unit")
 MAX_DIFF_LINES = 60

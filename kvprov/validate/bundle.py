@@ -15,14 +15,17 @@ for the checks that need that file; other checks are unaffected.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import posixpath
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Mapping
 
+from kvprov import paths
 from kvprov.errors import EXIT_USAGE, KvprovError
 
 FORMAT = 3  # desired.json's "format": the one this kvprov writes and reads (and 2, converted)
@@ -32,28 +35,42 @@ READABLE_FORMATS = (2, 3, 4)
 
 # ---------------------------------------------------------------------------- file names
 
-DESIRED = "desired.json"
-COLLECT = "collect.json"
-MOUNTINFO = "proc/mountinfo"
-MOUNTSTATS = "proc/mountstats"
-MODULES = "proc/modules"
-RDMA_LINK = "rdma_link.txt"
-IO_PROBE = "io_probe.json"
-GDSCHECK = "gdscheck.txt"
-GPU = "gpu.json"
-CUFILE = "cufile.json"
-UDEV = "udev.json"
-NIXL_PROBE = "nixl_probe.json"
-STORAGE_DIRS = "storage_dirs.json"
-HEALTH = "health.json"
-PACKAGES = "packages.txt"
-RESTART_PENDING = "restart_pending.json"
-FILE_MODES = "file_modes.json"
-DEPLOY_LOCK = "deploy_lock.json"
-DIR_MODES = "dir_modes.json"
-ENGINE_USER = "engine_user.json"
-FILES_DIR = "files"  # files/<absolute path>: live copies of managed config files
-SYSTEMCTL_DIR = "systemctl"  # systemctl/<unit>.txt: `systemctl show <unit>`
+def _load_collector() -> ModuleType:
+    """The collector module (plugins/modules/kvprov_collect.py): the bundle's file names are its."""
+    path = paths.ROOT / "plugins" / "modules" / "kvprov_collect.py"
+    spec = importlib.util.spec_from_file_location("kvprov_collect", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+collector = _load_collector()
+DESIRED = "desired.json"  # the controller writes it (kvprov collect), never the collector module
+COLLECT = collector.FILE_COLLECT
+MOUNTINFO = collector.FILE_MOUNTINFO
+MOUNTSTATS = collector.FILE_MOUNTSTATS
+MODULES = collector.FILE_MODULES
+RDMA_LINK = collector.FILE_RDMA_LINK
+IP_ADDR = collector.FILE_IP_ADDR
+IO_PROBE = collector.FILE_IO_PROBE
+GDSCHECK = collector.FILE_GDSCHECK
+GPU = collector.FILE_GPU
+CUFILE = collector.FILE_CUFILE
+UDEV = collector.FILE_UDEV
+NIXL_PROBE = collector.FILE_NIXL_PROBE
+STORAGE_DIRS = collector.FILE_STORAGE_DIRS
+HEALTH = collector.FILE_HEALTH
+PACKAGES = collector.FILE_PACKAGES
+RESTART_PENDING = collector.FILE_RESTART_PENDING
+FILE_MODES = collector.FILE_FILE_MODES
+DEPLOY_LOCK = collector.FILE_DEPLOY_LOCK
+DIR_MODES = collector.FILE_DIR_MODES
+ENGINE_USER = collector.FILE_ENGINE_USER
+MANAGED_DIRS = collector.FILE_MANAGED_DIRS
+VENVS = collector.FILE_VENVS
+FILES_DIR = collector.DIR_FILES  # files/<absolute path>: live copies of managed config files
+SYSTEMCTL_DIR = collector.DIR_SYSTEMCTL  # systemctl/<unit>.txt: `systemctl show <unit>`
+METRICS_DIR = collector.DIR_METRICS  # metrics/<instance>.txt: the engine's cache counters
 
 # Every fixed name, with what the collector puts there (docs/bundle.md describes each).
 NAMES: dict[str, str] = {

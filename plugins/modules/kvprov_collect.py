@@ -53,6 +53,35 @@ import sys
 import time
 
 FORMAT = 4  # collect.json's; 4: /etc/fstab filtered and redacted, desired.json written by the controller
+
+# The bundle's file names (docs/bundle.md), each spelled once: this module writes them and
+# kvprov/validate/bundle.py, which loads this file, reads them (this module travels to the host
+# alone, stdlib only, so the list lives here). desired.json is the controller's.
+FILE_COLLECT = "collect.json"
+FILE_MOUNTINFO = "proc/mountinfo"
+FILE_MOUNTSTATS = "proc/mountstats"
+FILE_MODULES = "proc/modules"
+FILE_RDMA_LINK = "rdma_link.txt"
+FILE_IP_ADDR = "ip_addr.txt"
+FILE_IO_PROBE = "io_probe.json"
+FILE_GDSCHECK = "gdscheck.txt"
+FILE_GPU = "gpu.json"
+FILE_CUFILE = "cufile.json"
+FILE_UDEV = "udev.json"
+FILE_NIXL_PROBE = "nixl_probe.json"
+FILE_STORAGE_DIRS = "storage_dirs.json"
+FILE_HEALTH = "health.json"
+FILE_PACKAGES = "packages.txt"
+FILE_MANAGED_DIRS = "managed_dirs.json"
+FILE_FILE_MODES = "file_modes.json"
+FILE_RESTART_PENDING = "restart_pending.json"
+FILE_DEPLOY_LOCK = "deploy_lock.json"
+FILE_VENVS = "venvs.json"
+FILE_DIR_MODES = "dir_modes.json"
+FILE_ENGINE_USER = "engine_user.json"
+DIR_FILES = "files"  # files/<absolute path>: live copies of the managed files
+DIR_SYSTEMCTL = "systemctl"  # systemctl/<unit>.txt, systemctl/<unit>.cmdline.json
+DIR_METRICS = "metrics"  # metrics/<instance>.txt, metrics/<instance>-server.txt
 MAX_FILE = 1 << 20
 # A credential-like name (kvprov.redact.SECRET_NAME; a unit test keeps the two equal).
 SECRET_NAME = r"[A-Za-z0-9_.-]*(?:pass|secret|token|key|cred)[A-Za-z0-9_.-]*"
@@ -446,9 +475,9 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     no_probe = "not probed (kvprov audit reads configuration only)"
     hung = None  # why the volume is not probed further: it already did not answer within the timeout
     if not probes:
-        skipped["io_probe.json"] = skipped["nixl_probe.json"] = skipped["health.json"] = no_probe
-        skipped["metrics"] = no_probe
-        skipped["gdscheck.txt"] = no_probe
+        skipped[FILE_IO_PROBE] = skipped[FILE_NIXL_PROBE] = skipped[FILE_HEALTH] = no_probe
+        skipped[DIR_METRICS] = no_probe
+        skipped[FILE_GDSCHECK] = no_probe
     # A real write + read-back on the KV tier (NFS or local directory): it proves the tier
     # answers, and makes the pNFS layout counters in mountstats mean something.
     if probes:
@@ -462,29 +491,29 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
             result.update(json.loads(so))
         else:
             result["error"] = (se.strip().splitlines() or ["failed"])[-1]
-        out["io_probe.json"] = json.dumps(result, indent=2)
+        out[FILE_IO_PROBE] = json.dumps(result, indent=2)
 
-    for name, path in (("proc/mountinfo", "/proc/self/mountinfo"), ("proc/mountstats", "/proc/self/mountstats")):
+    for name, path in ((FILE_MOUNTINFO, "/proc/self/mountinfo"), (FILE_MOUNTSTATS, "/proc/self/mountstats")):
         try:
             out[name] = read(path, 16 << 20)
         except OSError as e:
             errors[name] = str(e)
-    mountinfo = out.get("proc/mountinfo", "")
+    mountinfo = out.get(FILE_MOUNTINFO, "")
 
     if storage["transport"] == "rdma":
         try:
-            out["proc/modules"] = read("/proc/modules", 4 << 20)
+            out[FILE_MODULES] = read("/proc/modules", 4 << 20)
         except OSError as e:
-            errors["proc/modules"] = str(e)
+            errors[FILE_MODULES] = str(e)
         # the RDMA links, and the interfaces' addresses: which port carries the mount (clientaddr)
-        for name, argv in (("rdma_link.txt", ["rdma", "link"]), ("ip_addr.txt", ["ip", "-o", "addr", "show"])):
+        for name, argv in ((FILE_RDMA_LINK, ["rdma", "link"]), (FILE_IP_ADDR, ["ip", "-o", "addr", "show"])):
             rc, so, se, _ = run(argv, 10)
             if rc == 0:
                 out[name] = so
             else:
                 errors[name] = se.strip() or f"{' '.join(argv)} exited {rc}"
     else:
-        skipped["proc/modules"] = skipped["rdma_link.txt"] = skipped["ip_addr.txt"] = \
+        skipped[FILE_MODULES] = skipped[FILE_RDMA_LINK] = skipped[FILE_IP_ADDR] = \
             f"storage profile {storage['profile']}: no RDMA"
 
     gpus_dir = "/proc/driver/nvidia/gpus"
@@ -493,64 +522,65 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     if os.path.exists("/proc/driver/nvidia/version"):
         first = read("/proc/driver/nvidia/version").split()
         driver = next((w for w in first if w[:1].isdigit() and "." in w), None)
-    out["gpu.json"] = json.dumps({"present": bool(gpus), "driver": driver, "gpus": gpus, "error": None}, indent=2)
+    out[FILE_GPU] = json.dumps({"present": bool(gpus), "driver": driver, "gpus": gpus, "error": None}, indent=2)
     if gpus:
         if probes:
             tool = next((p for p in ("/usr/local/cuda/gds/tools/gdscheck", "/usr/local/cuda/gds/tools/gdscheck.py")
                          if os.path.exists(p)), "gdscheck")
             rc, so, se, _ = run([tool, "-p"], 60)
             if so:
-                out["gdscheck.txt"] = so
+                out[FILE_GDSCHECK] = so
             else:
-                errors["gdscheck.txt"] = se.strip() or f"gdscheck exited {rc}"
+                errors[FILE_GDSCHECK] = se.strip() or f"gdscheck exited {rc}"
         # cuFile reads a local filesystem's volume attributes from udev's record of its
         # block device; without it (no udevd, or a container without /run/udev) GDS
         # registers no file, even in compat mode.
         where = mount_of(mp, mountinfo)
         record = f"/run/udev/data/b{where['dev']}" if where["dev"] else None
-        out["udev.json"] = json.dumps({**where, "record": record, "exists": bool(record) and os.path.exists(record),
+        out[FILE_UDEV] = json.dumps({**where, "record": record, "exists": bool(record) and os.path.exists(record),
                                        "udev_dir": os.path.isdir("/run/udev/data")}, indent=2)
         try:
-            out["cufile.json"] = read(gds["cufile_path"])
+            out[FILE_CUFILE] = read(gds["cufile_path"])
         except OSError as e:
-            errors["cufile.json"] = str(e)
+            errors[FILE_CUFILE] = str(e)
     else:
-        skipped["gdscheck.txt"] = skipped["cufile.json"] = skipped["udev.json"] = "no NVIDIA GPU"
+        skipped[FILE_GDSCHECK] = skipped[FILE_CUFILE] = skipped[FILE_UDEV] = "no NVIDIA GPU"
 
     files = sorted(desired["files"])
     for path in files:
         if path == gds["cufile_path"] and not gpus:
             continue  # kvprov writes cufile.json only on GPU hosts (already in `skipped`)
         try:
-            out["files" + os.path.normpath(path)] = read(path)
+            out[DIR_FILES + os.path.normpath(path)] = read(path)
         except FileNotFoundError:
-            errors["files" + path] = "does not exist on the host"
+            errors[DIR_FILES + path] = "does not exist on the host"
         except OSError as e:
-            errors["files" + path] = str(e)
+            errors[DIR_FILES + path] = str(e)
     if os.path.exists("/etc/fstab"):
         try:
-            out["files/etc/fstab"] = fstab_lines(read("/etc/fstab"), mp, f"{storage['server']}:{storage['export']}")
+            out[DIR_FILES + "/etc/fstab"] = fstab_lines(read("/etc/fstab"), mp,
+                                                        f"{storage['server']}:{storage['export']}")
         except OSError as e:
-            errors["files/etc/fstab"] = str(e)
+            errors[DIR_FILES + "/etc/fstab"] = str(e)
 
-    out["managed_dirs.json"] = json.dumps(list_dirs(files), indent=2)
-    out["file_modes.json"] = json.dumps(file_modes(files), indent=2)
-    out["restart_pending.json"] = json.dumps(list_pending(restart_pending_dir))
-    out["deploy_lock.json"] = json.dumps(deploy_lock())
-    out["venvs.json"] = json.dumps({venv: venv_versions(venv) for venv in sorted(desired["venvs"])}, indent=2)
+    out[FILE_MANAGED_DIRS] = json.dumps(list_dirs(files), indent=2)
+    out[FILE_FILE_MODES] = json.dumps(file_modes(files), indent=2)
+    out[FILE_RESTART_PENDING] = json.dumps(list_pending(restart_pending_dir))
+    out[FILE_DEPLOY_LOCK] = json.dumps(deploy_lock())
+    out[FILE_VENVS] = json.dumps({venv: venv_versions(venv) for venv in sorted(desired["venvs"])}, indent=2)
 
     for unit in [u["unit"] for u in desired["units"]]:
         rc, so, se, _ = run(["systemctl", "show", "--no-pager", unit], 15)
         if rc == 0:
-            out[f"systemctl/{unit}.txt"] = so
+            out[f"{DIR_SYSTEMCTL}/{unit}.txt"] = so
         else:
-            errors[f"systemctl/{unit}.txt"] = se.strip()
+            errors[f"{DIR_SYSTEMCTL}/{unit}.txt"] = se.strip()
         # The command line the running process really has (not what the unit file says).
         pid = next((line[len("MainPID="):] for line in so.splitlines() if line.startswith("MainPID=")), "0")
         if rc == 0 and pid.isdigit() and pid != "0":
             try:
                 argv = read(f"/proc/{pid}/cmdline").split("\0")[:-1]
-                out[f"systemctl/{unit}.cmdline.json"] = json.dumps(redact(argv))
+                out[f"{DIR_SYSTEMCTL}/{unit}.cmdline.json"] = json.dumps(redact(argv))
             except OSError:
                 pass  # it just exited
 
@@ -558,9 +588,9 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
         python = os.path.join(nixl["venv"], "bin", "python3")
         rc, so, se, to = run([python, "-c", NIXL_PROBE, nixl["plugin"].upper()], 120)
         if rc == 0 and so.strip():
-            out["nixl_probe.json"] = so.strip().splitlines()[-1]
+            out[FILE_NIXL_PROBE] = so.strip().splitlines()[-1]
         else:
-            out["nixl_probe.json"] = json.dumps({"import_ok": False, "version": None, "plugins": [],
+            out[FILE_NIXL_PROBE] = json.dumps({"import_ok": False, "version": None, "plugins": [],
                                                  "backend": nixl["plugin"].upper(), "backend_ok": False,
                                                  "error": se.strip()[-500:] or f"exited {rc}"})
 
@@ -571,8 +601,8 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     if to:
         hung = f"not run: stat() on the KV mount did not answer within {timeout}s (hung mount?)"
     stats.update(stat_paths([d for d in dirs if d not in stats], timeout)[0])  # apart: a hung mount hides none of them
-    out["dir_modes.json"] = json.dumps({d: stats[d] for d in dirs}, indent=2)
-    out["engine_user.json"] = json.dumps(account(engine["user"]), indent=2)
+    out[FILE_DIR_MODES] = json.dumps({d: stats[d] for d in dirs}, indent=2)
+    out[FILE_ENGINE_USER] = json.dumps(account(engine["user"]), indent=2)
     entries = {}
     for name, path in paths.items():
         e = dict(stats[path])
@@ -591,7 +621,7 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     for name, path in paths.items():
         error = f"timed out after {timeout}s (hung mount?)" if to else (se.strip()[-300:] or f"exited {rc}")
         entries[name]["usage"] = usage.get(path) or {"error": error}
-    out["storage_dirs.json"] = json.dumps({"mount_point": entries.pop(""), "instances": entries}, indent=2)
+    out[FILE_STORAGE_DIRS] = json.dumps({"mount_point": entries.pop(""), "instances": entries}, indent=2)
 
     if probes:
         health = {}
@@ -599,24 +629,24 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
             health[inst["name"]], metrics = probe_service(inst["unit"], engine["connect_host"], inst["port"], "/health",
                                                          engine.get("tls_cert"))
             if metrics is not None:
-                out[f"metrics/{inst['name']}.txt"] = metrics
+                out[f"{DIR_METRICS}/{inst['name']}.txt"] = metrics
             for unit in inst["units"]:
                 if unit != inst["unit"]:  # lmcache_mp's server: its Prometheus port is all it serves over HTTP
                     health[f"{inst['name']}/server"], metrics = probe_service(unit, "127.0.0.1",
                                                                               inst["metrics_port"], "/metrics")
                     if metrics is not None:
-                        out[f"metrics/{inst['name']}-server.txt"] = metrics
-        out["health.json"] = json.dumps(health, indent=2)
+                        out[f"{DIR_METRICS}/{inst['name']}-server.txt"] = metrics
+        out[FILE_HEALTH] = json.dumps(health, indent=2)
 
     rc, so, se, _ = run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\n"], 30)
     if rc != 0:
         rc, so, se, _ = run(["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"], 30)
     if rc == 0:
-        out["packages.txt"] = so
+        out[FILE_PACKAGES] = so
     else:
-        errors["packages.txt"] = se.strip()
+        errors[FILE_PACKAGES] = se.strip()
 
-    out["collect.json"] = json.dumps({"format": FORMAT, "host": desired["host"],
+    out[FILE_COLLECT] = json.dumps({"format": FORMAT, "host": desired["host"],
                                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                       "kvprov_version": version,
                                       "errors": errors, "skipped": skipped}, indent=2)

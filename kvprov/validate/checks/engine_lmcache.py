@@ -52,7 +52,7 @@ def mp_config_problems(c: Context, inst: Instance) -> list[str]:
 
 def mp_cache(c: Context, inst: Instance) -> tuple[dict[str, float], list[str]] | None:
     vllm = vllm_cache(c, inst)
-    server = metrics(c, f"metrics/{inst.name}-server.txt")
+    server = metrics(c, f"{bf.METRICS_DIR}/{inst.name}-server.txt")
     if vllm is None and server is None:
         return None
     values, problems = vllm or ({}, [])

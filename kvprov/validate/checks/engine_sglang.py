@@ -12,7 +12,7 @@ storage backend is attached)."""
 
 from __future__ import annotations
 
-from kvprov.validate.bundle import Instance
+from kvprov.validate.bundle import METRICS_DIR, Instance
 from kvprov.validate.checks.engine import ENGINES, EngineRules, flag, live_argv, live_env, server_command
 from kvprov.validate.context import Context
 
@@ -49,7 +49,7 @@ def cache(c: Context, inst: Instance) -> tuple[dict[str, float], list[str]] | No
     None when /metrics was not captured (an audit does not probe, a bundle of an older kvprov)."""
     from kvprov.loadtest import cache_counters
 
-    name = f"metrics/{inst.name}.txt"
+    name = f"{METRICS_DIR}/{inst.name}.txt"
     if not c.b.exists(name):
         return None
     argv, where = live_argv(c, inst.unit)

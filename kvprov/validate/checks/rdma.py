@@ -13,7 +13,7 @@ from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result, res, show
 
 # `ip -o addr show`: which interface holds the mount's client address (the collector
 # captures it beside `rdma link`; older bundles lack it).
-IP_ADDR = "ip_addr.txt"
+IP_ADDR = bf.IP_ADDR
 
 
 def _rdma_skip(c: Context) -> Result | None:
