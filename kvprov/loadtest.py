@@ -239,8 +239,57 @@ class TokenCounter:
             return len(text.split())
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
+    def head(self, text: str, tokens: int) -> str:
+        """The start of `text` that is its first `tokens` tokens."""
+        return text[:self._tok.encode(text, add_special_tokens=False).offsets[tokens - 1][1]]
+
     def describe(self) -> dict:
         return {"exact": self.exact, "path": self.path, "note": self.note}
+
+
+class ServerTokens:
+    """Token counts by the server's own tokenizer: POST /tokenize and /detokenize, which vLLM and
+    SGLang both serve (the text alone, no special tokens, as TokenCounter counts)."""
+
+    exact, path = True, None
+    note = "exact: the server's /tokenize"
+
+    def __init__(self, client: "Client", model: str | None):
+        self.client, self.model = client, model
+
+    def ids(self, text: str) -> list[int]:
+        got = self.client.get_json("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False})
+        if not isinstance(got.get("tokens"), list):
+            raise EndpointError("POST /tokenize did not answer a token list")
+        return got["tokens"]
+
+    def count(self, text: str) -> int:
+        return len(self.ids(text))
+
+    def head(self, text: str, tokens: int) -> str:
+        got = self.client.get_json("/detokenize", {"model": self.model, "tokens": self.ids(text)[:tokens]})
+        out = got.get("prompt", got.get("text"))  # vLLM: prompt; SGLang: text
+        if not isinstance(out, str):
+            raise EndpointError("POST /detokenize did not answer a text")
+        return out
+
+    def describe(self) -> dict:
+        return {"exact": True, "path": None, "note": self.note}
+
+
+def token_counter(ep: "Endpoint", timeout: float) -> "TokenCounter | ServerTokens":
+    """The model's tokenizer.json on the controller, else the server's /tokenize, else one token
+    per word (the note says which, and why)."""
+    local = TokenCounter(ep.model_path)
+    if local.exact or ep.problem:
+        return local
+    server = ServerTokens(Client(ep, timeout), ep.model)
+    try:
+        server.count("kvprov")
+    except EndpointError as e:
+        local.note += f"; the server's /tokenize: {e}"
+        return local
+    return server
 
 
 def _tokenizer_file(path: str | None) -> Path | None:
@@ -280,10 +329,9 @@ def make_text(counter: TokenCounter, tokens: int, rng: random.Random, head: str 
     while counter.count(text) < tokens:  # rare: more words than tokens
         words += [rng.choice(WORDS) for _ in range(tokens)]
         text = " ".join(words)
-    enc = counter._tok.encode(text, add_special_tokens=False)
     keep = tokens
     for _ in range(8):  # re-tokenizing a cut text can merge differently: cut shorter until it fits
-        cut = text[:enc.offsets[keep - 1][1]]
+        cut = counter.head(text, keep)
         n = counter.count(cut)
         if n <= tokens or keep <= 1:
             break
@@ -322,14 +370,28 @@ def context_needed(prompt_tokens: int, turns: int, turn_tokens: int, output_toke
             + CHAT_OVERHEAD * 2 * turns)
 
 
+# Without a tokenizer a generated word may be a token per byte plus its space (a byte-level BPE at
+# worst): the context guard assumes that many tokens per word, not one.
+WORST_TOKENS_PER_WORD = max(map(len, WORDS)) + 1
+
+
 def context_problems(endpoints: list[Endpoint], lengths: list[int], turns: int, turn_tokens: int,
-                     output_tokens: int) -> list[str]:
+                     output_tokens: int, approximate: frozenset[str] = frozenset()) -> list[str]:
+    """Why each length would overflow an endpoint's context; `approximate`: endpoints whose tokens
+    are counted as words (their text is judged at WORST_TOKENS_PER_WORD)."""
     out = []
     for ep in endpoints:
         if ep.problem or not ep.max_model_len:
             continue
+        per_word = WORST_TOKENS_PER_WORD if ep.name in approximate else 1
         for n in lengths:
-            need = context_needed(n, turns, turn_tokens, output_tokens)
+            need = context_needed(n * per_word, turns, turn_tokens * per_word, output_tokens)
+            if need > ep.max_model_len and per_word > 1:
+                out.append(f"--prompt-tokens {n}: without a tokenizer for {ep.name} (no tokenizer.json on this "
+                           f"controller and no /tokenize on the server) {n} words may be up to {n * per_word} "
+                           f"tokens, and {turns} turns up to {need}, over its max_model_len {ep.max_model_len} "
+                           f"({ep.max_model_len_from}): give --tokenizer, or lower --prompt-tokens")
+                continue
             if need > ep.max_model_len:
                 out.append(f"--prompt-tokens {n}: {turns} turns need up to {need} tokens of context (prompt, "
                            f"{turns - 1} x ({turn_tokens} question + {output_tokens} answer), {output_tokens} output, "
@@ -377,22 +439,23 @@ class Client:
         finally:
             conn.close()
 
-    def get_json(self, path: str) -> dict:
-        """GET path -> JSON object; raises EndpointError saying what went wrong."""
+    def get_json(self, path: str, body: dict | None = None) -> dict:
+        """GET path (POST with a body) -> JSON object; raises EndpointError saying what went wrong."""
+        method = "GET" if body is None else "POST"
         try:
-            status, data = self.call("GET", self.ep.url + path)
+            status, data = self.call(method, self.ep.url + path, body)
         except (OSError, http.client.HTTPException) as e:
-            raise EndpointError(f"not reachable: GET {path}: {_oserror(e)}") from None
+            raise EndpointError(f"not reachable: {method} {path}: {_oserror(e)}") from None
         if status != 200:
-            raise EndpointError(f"GET {path}: HTTP {status}{_auth_hint(status, self.ep)}: "
+            raise EndpointError(f"{method} {path}: HTTP {status}{_auth_hint(status, self.ep)}: "
                                 f"{_snippet(data, self.ep.api_key)}")
         try:
             value = json.loads(data)
         except ValueError:
-            raise EndpointError(f"not an OpenAI-compatible server: GET {path} did not answer JSON "
+            raise EndpointError(f"not an OpenAI-compatible server: {method} {path} did not answer JSON "
                                 f"({_snippet(data, self.ep.api_key)})") from None
         if not isinstance(value, dict):
-            raise EndpointError(f"not an OpenAI-compatible server: GET {path} did not answer a JSON object")
+            raise EndpointError(f"not an OpenAI-compatible server: {method} {path} did not answer a JSON object")
         return value
 
     def stream(self, path: str, body: dict, deadline: float | None = None) -> dict:
@@ -1095,7 +1158,7 @@ def roundtrip(sources: list[str], limit: str | None) -> list:
                 ep.problem = str(e)
         if not ep.problem:
             _progress(f"{ep.name}: engine round trip (warm-up, restart, replay)")
-            counter = TokenCounter(ep.model_path)
+            counter = token_counter(ep, 30)
             points = run([ep], ROUNDTRIP, _progress, {ep.name: counter},
                          lambda e: restart_engine(sources, e, ROUNDTRIP.restart_timeout, 30))["points"]
         results.append(roundtrip_result(ep, points))
@@ -1103,7 +1166,7 @@ def roundtrip(sources: list[str], limit: str | None) -> list:
     cross = replace(ROUNDTRIP, replay=False, cross_host=True)
     for a, b in pairs:
         _progress(f"{a.name} -> {b.name}: cross-host round trip (restart {b.name}, then {a.name}'s prefix there)")
-        points = run([a, b], cross, _progress, {e.name: TokenCounter(e.model_path) for e in (a, b)},
+        points = run([a, b], cross, _progress, {e.name: token_counter(e, 30) for e in (a, b)},
                      lambda e: restart_engine(sources, e, cross.restart_timeout, 30), [(a, b)])["points"]
         results.append(cross_host_result(a, b, points))
     return results
@@ -1162,20 +1225,20 @@ def cmd_loadtest(args) -> int:
                 probe(ep, probe_timeout)
             except EndpointError as e:
                 ep.problem = str(e)
-    refused = context_problems(endpoints, s.prompt_tokens, s.turns, s.turn_tokens, s.output_tokens)
+    counters = {ep.name: token_counter(ep, probe_timeout) for ep in endpoints}
+    refused = context_problems(endpoints, s.prompt_tokens, s.turns, s.turn_tokens, s.output_tokens,
+                               frozenset(name for name, c in counters.items() if not c.exact))
     if refused:
         for line in refused:
             print(f"kvprov loadtest: refused: {printable(line)}", file=sys.stderr)
         raise KvprovError("prompt lengths over the model's context: nothing was sent (lower --prompt-tokens, "
                           "--turns, --turn-tokens or --output-tokens)", EXIT_USAGE)
-    counters: dict[str, TokenCounter] = {}
     for ep in endpoints:
         if not ep.problem:
             try:
                 ep.api = choose_api(ep, probe_timeout, s.api)
             except EndpointError as e:
                 ep.problem = str(e)
-        counters[ep.name] = TokenCounter(ep.model_path)
     for ep in endpoints:
         if ep.problem:
             print(f"kvprov loadtest: {ep.name} ({ep.url}): {printable(ep.problem)}", file=sys.stderr)

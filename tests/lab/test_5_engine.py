@@ -189,6 +189,15 @@ def test_the_api_key_and_tls_are_required_and_kept_out_of_units_logs_and_bundles
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     texts = [p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()]
     assert texts and not any(API_KEY in text or "PRIVATE KEY" in text for text in texts)
+    # loadtest against the URL alone (no inventory, no tokenizer.json): HTTPS verified with the CA,
+    # and a prompt of exactly 1,024 tokens by the server's own count (/tokenize, /detokenize)
+    r = kvprov("loadtest", "--url", f"https://{ADDR[0]}:8000", "--cacert", PKI["kvprov_engine_tls_ca_file"],
+               "--api-key-file", str(inv.parent / "api-key"), "--prompt-tokens", "1024", "--turns", "1",
+               "--users", "1", "--output-tokens", "2", "--out", str(tmp_path / "url"), timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run = json.loads((tmp_path / "url" / "loadtest.json").read_text())
+    assert run["endpoints"][0]["tokenizer"]["note"] == "exact: the server's /tokenize", run["endpoints"]
+    assert [p["new_tokens"] for p in run["points"]] == [[1024]], run["points"]
 
 
 def test_loadtest_later_turns_hit_the_prefix_and_a_replay_after_restart_is_served_from_l2(engine, tmp_path):

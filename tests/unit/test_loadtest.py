@@ -117,6 +117,8 @@ class StandIn:
             def do_POST(self):
                 outer.seen.append(("POST", self.path, self.headers.get("Authorization")))
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/tokenize":  # a server without one (loadtest then approximates)
+                    return self.reply(404, {"error": "not found"})
                 outer.ignore_eos.append(body.get("ignore_eos"))
                 if outer.fail:
                     return self.reply(500, {"error": {"message": "engine core died", "code": 500}})
@@ -160,7 +162,8 @@ class StandIn:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def posts(self) -> list[str]:
-        return [p for m, p, _ in self.seen if m == "POST"]
+        """The inference requests (not /tokenize: loadtest asks it to count tokens without a tokenizer.json)."""
+        return [p for m, p, _ in self.seen if m == "POST" and p != "/tokenize"]
 
     def close(self):
         self.server.shutdown()
@@ -342,7 +345,9 @@ def test_run_writes_json_png_and_html_and_later_turns_hit_the_prefix(standins, t
     assert doc["planned_points"] == doc["done_points"] == 2 * 2 * 2
     assert [(e["api"], e["model"], e["max_model_len"], e["problem"]) for e in doc["endpoints"]] == \
         [("chat", "tiny", 4096, None), ("completions", "tiny", 4096, None)]
-    assert doc["endpoints"][0]["tokenizer"]["note"].startswith("approximate")
+    # no tokenizer.json and a stand-in without /tokenize: approximate, saying why
+    note = doc["endpoints"][0]["tokenizer"]["note"]
+    assert note.startswith("approximate") and "the server's /tokenize: POST /tokenize: HTTP 404" in note, note
     assert [(p["instance"].split(":")[0], p["prompt_tokens"], p["turn"]) for p in doc["points"]] == \
         [("127.0.0.1", n, t) for _ in range(2) for n in (40, 120) for t in (1, 2)]
     for p in doc["points"]:
@@ -354,8 +359,8 @@ def test_run_writes_json_png_and_html_and_later_turns_hit_the_prefix(standins, t
         assert p["cache"]["queried_tokens"]["vllm_prefix"] > 0
         assert (p["cache"]["hit_tokens"]["vllm_prefix"] > 0) == (p["turn"] == 2)  # turn 2 repeats turn 1's prefix
     assert doc["points"][1]["server_prompt_tokens_mean"] > doc["points"][0]["server_prompt_tokens_mean"]
-    # every request carried the key; nothing anywhere else; the key never reached an output
-    # the key goes to the API only, never to /metrics (open on every engine)
+    # every API request carried the key, /metrics (open on every engine) none; nothing anywhere
+    # else; the key never reached an output
     assert all(a == (None if p == "/metrics" else "Bearer sk-standin-key") for s in (chat, comp) for _, p, a in s.seen)
     assert {p for s in (chat, comp) for _, p, _ in s.seen} > {"/metrics"}
     assert set(comp.posts()) == {"/v1/chat/completions", "/v1/completions"} and set(chat.posts()) == {
@@ -461,13 +466,16 @@ def test_not_openai_compatible(tmp_path):
 
 
 def test_a_prompt_over_the_context_is_refused_before_any_request(standins, tmp_path):
-    s = standins(max_model_len=512)
+    """Without a tokenizer (no tokenizer.json, no /tokenize) a word may be up to 9 tokens: 100
+    words fit 2048 even so, 1000 could not (the review's 1024 "tokens" that were 4097)."""
+    s = standins(max_model_len=2048)
     r = kvprov("loadtest", "--url", s.url, "--prompt-tokens", "100,1000", "--turns", "2", "--out",
                str(tmp_path / "o"), timeout=60)
     assert r.returncode == 2, r.stderr
-    assert "--prompt-tokens 1000" in r.stderr and "max_model_len 512 (/v1/models)" in r.stderr
+    assert "--prompt-tokens 1000: without a tokenizer" in r.stderr and "1000 words may be up to 9000 tokens" in \
+        r.stderr and "max_model_len 2048 (/v1/models)" in r.stderr
     assert "--prompt-tokens 100:" not in r.stderr
-    assert s.posts() == [] and [p for _, p, _ in s.seen] == ["/v1/models"]
+    assert s.posts() == [] and [p for _, p, _ in s.seen] == ["/v1/models", "/tokenize"]
     assert not (tmp_path / "o").exists()
 
 
