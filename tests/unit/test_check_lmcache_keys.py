@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.required import engine_missing
+
 from kvprov import check
 from kvprov.check import Finding
 from tests.unit.test_engine_parsers import ENGINE_PY
@@ -17,7 +19,7 @@ def lmcache_config_source() -> Path:
     venv = Path(ENGINE_PY).parent.parent
     found = sorted(venv.glob("lib/python3*/site-packages/lmcache/v1/config.py"))
     if not os.access(ENGINE_PY, os.X_OK) or not found:
-        pytest.skip(f"no LMCache in the engine venv {venv} (scripts/install-deps builds it)")
+        engine_missing(f"no LMCache in the engine venv {venv} (scripts/install-deps builds it)")
     return found[0]
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.required import engine_missing
+
 from kvprov import check, inventory
 from kvprov.validate import parsers
 from kvprov.validate.checks.engine import server_command
@@ -64,10 +66,10 @@ def pythons(items: dict[str, dict]) -> dict[str, tuple[str, dict]]:
     """Which venv parses what: the SGLang parsing venv for SGLang, the engine venv for the rest."""
     import os
     if not os.access(ENGINE_PY, os.X_OK):
-        pytest.skip(f"engine venv python {ENGINE_PY} missing (scripts/install-deps builds it)")
+        engine_missing(f"engine venv python {ENGINE_PY} missing (scripts/install-deps builds it)")
     sglang_py = _sglang_python()
     if sglang_py is None:
-        pytest.skip("no SGLang parsing venv (scripts/install-deps builds /var/lib/kvprov/sglang-parse-venv)")
+        engine_missing("no SGLang parsing venv (scripts/install-deps builds /var/lib/kvprov/sglang-parse-venv)")
     return {"engine": (ENGINE_PY, {k: v for k, v in items.items() if v["kind"] != "sglang_argv"}),
             "sglang": (sglang_py, {k: v for k, v in items.items() if v["kind"] == "sglang_argv"})}
 
@@ -154,7 +156,7 @@ def test_kvprov_knows_exactly_lmcaches_configuration_keys():
     installed LMCache's own."""
     import os
     if not os.access(ENGINE_PY, os.X_OK):
-        pytest.skip(f"engine venv python {ENGINE_PY} missing (scripts/install-deps builds it)")
+        engine_missing(f"engine venv python {ENGINE_PY} missing (scripts/install-deps builds it)")
     r = subprocess.run([ENGINE_PY, "-c", "import json, lmcache.v1.config as c; "
                         "print(json.dumps([sorted(c._CONFIG_DEFINITIONS), c._CONFIG_ALIASES]))"],
                        capture_output=True, text=True, timeout=120)

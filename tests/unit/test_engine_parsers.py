@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.required import engine_missing
+
 SCRIPT = Path(__file__).resolve().parents[1] / "engine_parse.py"
 ENGINE_PY = os.environ.get(
     "KVPROV_ENGINE_PYTHON", "/var/lib/kvprov/engine-venv/bin/python"
@@ -370,14 +372,14 @@ def _result(results: dict, case: Case) -> dict:
     kind = case.payload["kind"]
     if case.id not in results:
         if kind in ENGINE_KINDS:
-            pytest.skip(f"engine venv python {ENGINE_PY} missing (scripts/install-deps builds it)")
-        pytest.skip("no SGLang parsing venv: set KVPROV_SGLANG_PYTHON or build "
+            engine_missing(f"engine venv python {ENGINE_PY} missing (scripts/install-deps builds it)")
+        engine_missing("no SGLang parsing venv: set KVPROV_SGLANG_PYTHON or build "
                     "/var/lib/kvprov/sglang-parse-venv (see tests/engine_parse.py)")
     r = results[case.id]
     if MISSING_MODULE[kind] in r["error"]:
-        pytest.skip(f"{kind}: the venv lacks the engine ({r['error']})")
+        engine_missing(f"{kind}: the venv lacks the engine ({r['error']})")
     if case.needs_nixl and "unknown adapter type 'nixl_store'" in r["error"]:
-        pytest.skip("nixl is not installed in the engine venv: LMCache registers the "
+        engine_missing("nixl is not installed in the engine venv: LMCache registers the "
                     "nixl_store adapter only when `nixl` imports (nixl-cu13 + nixl 1.5.1)")
     return r
 

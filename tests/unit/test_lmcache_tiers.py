@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.required import engine_missing
 import yaml
 
 from kvprov.validate import parsers
@@ -137,7 +139,7 @@ def test_kvprovs_evictor_goes_where_lmcache_does_not_bound_the_directory(rendere
 
 def engine_python() -> str:
     if not os.access(ENGINE_PY, os.X_OK):
-        pytest.skip(f"engine venv python {ENGINE_PY} missing (scripts/install-deps builds it)")
+        engine_missing(f"engine venv python {ENGINE_PY} missing (scripts/install-deps builds it)")
     return ENGINE_PY
 
 
