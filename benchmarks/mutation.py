@@ -81,7 +81,7 @@ TESTS_FOR = {
     "kvprov/redact.py": ["test_redact.py", "test_audit*.py", "test_collect*.py", "test_sglang_log_redact.py",
                          "test_security_review2_*.py", "test_validate_*.py", "test_checks_*.py"],
     "kvprov/bench.py": ["test_bench*.py", "test_validate_cli_live.py", "test_secrets.py"],
-    "kvprov/lock.py": ["test_lock.py", "test_inventory_sources.py"],
+    "kvprov/lock.py": ["test_lock*.py", "test_inventory_sources.py"],
     "plugins/modules/kvprov_collect.py": ["test_collect*.py", "test_security_review2_collect.py", "test_redact.py",
                                           "test_audit*.py", "test_capacity.py", "test_validate_*.py", "test_bundle*.py",
                                           "test_checks_*.py"],
