@@ -1,14 +1,26 @@
 #!/usr/bin/env python3
 """Mutation score of the checking code against the unit suite (prints figures; not a test).
 
-    python3 benchmarks/mutation.py [--module PATH ...] [--jobs N] [--json FILE] [--survivors-of JSON]
+    python3 benchmarks/mutation.py [--module PATH ...] [--stale] [--jobs N] [--json FILE] [--survivors-of JSON]
 
 Each mutant is one small deliberate bug (an operator, a comparison, a constant, a
 condition, a returned value, a dropped call) planted in one of the modules below; the
 unit tests that execute the mutated line run against it, and the mutant is killed when
-one of them fails (or runs past its timeout). The score is killed / (mutants - the
-equivalent ones listed in benchmarks/mutation-equivalent.txt). A module's mutants no
-unit test executes count as survivors ("not covered").
+one of them fails (or runs past its timeout). The score is killed / scored, where scored
+= mutants - the equivalent ones listed (with why) in benchmarks/mutation-equivalent.txt:
+a module's mutants no unit test executes ("not covered") and those the harness could not
+plant or run ("error") count in the denominator, never as kills.
+
+Control: the unit tests are first run unmutated (while tracing, and again in each job
+through the same fork as a mutant's): if any fails, the run stops, since a failing test
+would "kill" every mutant it runs. A mutant whose function cannot be swapped in place (its
+code needs other free variables, e.g. a dropped super() call) is imported anew from its
+mutated copy instead; anything else that goes wrong while planting is an error.
+
+The record (benchmarks/results/mutation-record.json, committed) keeps, per target file, the
+hash of what was mutated, its figures and its survivors; every run updates the files it ran
+and rewrites benchmarks/results/mutation.txt from the whole record. `--stale` runs only the
+files whose hash no longer matches (tests/unit/test_mutation_record.py fails until then).
 
 Everything runs on private copies of the checkout in a temporary directory, one per job:
 the checkout itself is never written to, even if the run is interrupted.
@@ -812,8 +824,9 @@ def main() -> int:
                          "mutant stops at its first failing test, so the cap costs time on survivors only)")
     ap.add_argument("--json", type=Path, default=RESULTS / "mutation.json")
     ap.add_argument("--survivors-of", type=Path, metavar="JSON",
-                    help="run only the mutants a previous run's JSON did not record as killed (quick re-check "
-                         "after adding tests; its score covers those mutants only)")
+                    help="run only the mutants a previous run's JSON (--json) did not record as killed, on the same "
+                         "code (its files' hashes must match): a quick re-check after adding tests; the others keep "
+                         "that run's status, and the record is updated")
     ap.add_argument("--stale", action="store_true",
                     help=f"run only the target files whose content no longer matches the hash in {RECORD.name} "
                          f"(or that it lacks), and update their record; the others keep theirs")
@@ -867,9 +880,21 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
                     if any(fnmatch(p.name, pat) for f in files for pat in test_patterns(f))})
     mutants = [m for f in files for m in mutants_of(copies[0], f)]
     every_id = {m.id for m in mutants}
+    every_mutant = mutants
     if args.survivors_of:
-        before = {m["id"]: m["status"] for m in json.loads(args.survivors_of.read_text())["mutants"]}
-        mutants = [m for m in mutants if before.get(m.id, "new") not in ("killed", "equivalent")]
+        earlier = json.loads(args.survivors_of.read_text())
+        hashes = earlier.get("hashes") or {rel: f["sha256"] for rel, f in read_record()["files"].items()
+                                            if f["commit"] == earlier.get("commit")}
+        changed = [f for f in files if hashes.get(f) != content_hash(copies[0], f)]
+        if changed:
+            raise SystemExit(f"mutation: --survivors-of: {', '.join(changed)} changed since that run (or it did not "
+                             "run them): run them whole")
+        before = {m["id"]: m["status"] for m in earlier["mutants"]}
+        mutants = [m for m in mutants if before.get(m.id, "new") not in ("killed", "timeout", "equivalent")]
+        again = {id(m) for m in mutants}
+        for m in every_mutant:  # what that run found for the mutants not run again (the code is the same)
+            if id(m) not in again:
+                m.status = before[m.id]
     equivalent = read_equivalent(EQUIVALENT)
     print(f"mutation: {len(mutants)} mutants in {len(files)} files; tracing {len(tests)} unit test files",
           flush=True)
@@ -1007,8 +1032,8 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
             killed = sum(m.status in ("killed", "timeout") for m in todo)
             print(f"mutation: {done}/{len(todo)} run, {killed} killed, {time.monotonic() - started:.0f} s",
                   flush=True)
-    return report(args, mutants, files, equivalent, unknown, started, controls[0]["tests"] if controls else 0,
-                  copies[0])
+    return report(args, every_mutant, files, equivalent, unknown, started,
+                  controls[0]["tests"] if controls else 0, copies[0])
 
 
 SCORED = ("killed / scored, where scored = all mutants - the equivalent ones = killed + survived + not covered "
@@ -1096,6 +1121,8 @@ def report(args, mutants: list[Mutant], files: list[str], equivalent: dict, unkn
         "command": " ".join(["python3 benchmarks/mutation.py", *sys.argv[1:]]),
         "commit": commit, "jobs": args.jobs, "max_tests": args.max_tests, "minutes": round(elapsed / 60, 1),
         "files": files, "control_tests": control_tests, "scored": SCORED,
+        "hashes": {rel: content_hash(copy, rel) for rel in files},
+        "survivors_of": str(args.survivors_of) if args.survivors_of else None,
         "not_mutated": {path: funcs for path, funcs in LIVE.items() if path in files},
         "equivalent": [{"id": m.id, "where": m.where(), "why": equivalent[m.id]} for m in mutants
                        if m.status == "equivalent"],
@@ -1105,17 +1132,13 @@ def report(args, mutants: list[Mutant], files: list[str], equivalent: dict, unkn
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(data, indent=1) + "\n")
     print(f"  written: {args.json} (every mutant)")
-    if args.survivors_of:  # a partial run: it says nothing of the other mutants
-        killed = sum(m.status in ("killed", "timeout") for m in mutants)
-        print(f"mutation: {killed} of the {len(mutants)} mutants run were killed ({elapsed / 60:.1f} min); "
-              f"the record is left as it was")
-        return 0
     record = read_record()
     date = time.strftime("%Y-%m-%d %H:%M")
     for rel in files:
         ms = [m for m in mutants if m.path == rel]
         record["files"][rel] = {
             "sha256": content_hash(copy, rel), "commit": commit, "uncommitted": dirty(rel), "date": date,
+            "survivors_rerun": bool(args.survivors_of),  # the earlier run's kills kept (same code), the rest run again
             **file_stats(rel, ms),
             "survivors": [{"where": m.where(), "status": m.status} for m in ms
                           if m.status not in ("killed", "timeout", "equivalent")],
