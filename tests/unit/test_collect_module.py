@@ -1,0 +1,181 @@
+"""The collector module's whole capture (collect()), file by file, on this machine. Real: the
+I/O, stat and usage probes, the NIXL probe (a venv whose python has no nixl), the files it
+reads, the account, /proc, the engine's HTTP /health and /metrics (a local server). FAKE
+(this machine runs no systemd, RDMA or package database of the kind a GPU host has): the
+commands systemctl, rdma, ip, dpkg-query and rpm answer canned text; `runuser -u USER --`
+runs its command as this user."""
+
+import http.server
+import json
+import os
+import pwd
+import sys
+import threading
+
+import pytest
+
+from kvprov.validate import bundle as bf
+
+collector = bf.collector
+USER = pwd.getpwuid(os.getuid()).pw_name
+METRICS = "vllm:prefix_cache_hits_total 5.0\nvllm:num_requests_running 1\nlmcache_mp_lookup_hit_l2_tokens 7\n"
+
+
+@pytest.fixture
+def engine_http():
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = {"/health": b"ok", "/metrics": METRICS.encode()}.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def host(monkeypatch, tmp_path, engine_http):
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    canned = {
+        ("systemctl", "show", "kvprov-x-main.service"): (0, f"LoadState=loaded\nMainPID={os.getpid()}\n", ""),
+        ("systemctl", "show", "kvprov-x-gone.service"): (1, "", "Unit kvprov-x-gone.service could not be found.\n"),
+        ("systemctl", "is-active", "kvprov-x-main.service"): (0, "", ""),
+        ("systemctl", "is-active", "kvprov-x-srv.service"): (3, "", ""),
+        ("rdma",): (0, "link mlx5_0/1 state ACTIVE physical_state LINK_UP netdev ib0\n", ""),
+        ("ip",): (1, "", ""),
+        ("dpkg-query",): (127, "", "No such file or directory"),
+        ("rpm",): (0, "rdma-core\t48.0-1\n", ""),
+    }
+    calls = []
+    real = collector.run
+
+    def fake_run(cmd, timeout, stdin=None):
+        calls.append(cmd)
+        if cmd[0] == "runuser":  # as the engine user: this user here
+            assert cmd[1:3] == ["-u", USER] and cmd[3] == "--"
+            return real(cmd[4:], timeout, stdin)
+        for key, answer in canned.items():
+            if tuple(cmd[:len(key)]) == key or (key[0] == "systemctl" and cmd[:2] == list(key[:2])
+                                                and cmd[-1] == key[2]):
+                return (*answer, False)
+        assert cmd[0] in (sys.executable, "/usr/bin/python3") or cmd[0].endswith("/bin/python3"), cmd
+        return real(cmd, timeout, stdin)
+
+    monkeypatch.setattr(collector, "run", fake_run)
+    mp = tmp_path / "kv"
+    (mp / "main").mkdir(parents=True)
+    (mp / "main" / "chunk").write_bytes(b"x" * 100)
+    venv = tmp_path / "venv"
+    (venv / "lib/python3.11/site-packages/Foo_Bar-1.2.dist-info").mkdir(parents=True)
+    (venv / "lib/python3.11/site-packages/Foo_Bar-1.2.dist-info/METADATA").write_text("Name: Foo_Bar\nVersion: 1.2\n")
+    nixl = tmp_path / "nixl"
+    (nixl / "bin").mkdir(parents=True)
+    (nixl / "bin/python3").symlink_to(sys.executable)
+    pending = tmp_path / "pending"
+    pending.mkdir()
+    (pending / "kvprov-x-main.service").touch()
+    conf = tmp_path / "etc" / "engine.conf"
+    conf.parent.mkdir()
+    conf.write_text("port = 1\n")
+    desired = {
+        "host": "gpu 1", "files": [str(conf), str(tmp_path / "etc" / "absent.conf")], "venvs": [str(venv)],
+        "dirs": [str(mp), str(mp / "main"), str(tmp_path / "etc")], "units": [
+            {"unit": "kvprov-x-main.service"}, {"unit": "kvprov-x-gone.service"}],
+        "storage": {"mount_point": str(mp), "transport": "rdma", "profile": "local", "server": "s", "export": "/kv"},
+        "nixl": {"venv": str(nixl), "plugin": "posix"}, "gds": {"cufile_path": "/etc/cufile.json"},
+        "engine": {"user": USER, "connect_host": "127.0.0.1", "instances": [
+            {"name": "main", "unit": "kvprov-x-main.service", "units": ["kvprov-x-main.service", "kvprov-x-srv.service"],
+             "port": engine_http, "metrics_port": 1, "storage_dir": str(mp / "main")}]},
+    }
+    return {"desired": desired, "calls": calls, "canned": canned, "tmp": tmp_path, "mp": mp, "conf": conf,
+            "pending": str(pending)}
+
+
+pytestmark = pytest.mark.skipif(os.path.isdir("/proc/driver/nvidia/gpus"), reason="a GPU host captures more")
+
+
+def test_every_file_of_a_capture(host):
+    d, tmp, mp = host["desired"], host["tmp"], host["mp"]
+    out = collector.collect(d, True, 4096, 10, "9.9", host["pending"])
+    meta = json.loads(out.pop(bf.COLLECT))
+    assert meta.pop("time")[:2] == "20" and meta == {
+        "format": 4, "host": "gpu 1", "kvprov_version": "9.9",
+        "errors": {"proc/modules": meta["errors"].get("proc/modules"), "ip_addr.txt": "ip -o addr show exited 1",
+                   f"files{tmp}/etc/absent.conf": "does not exist on the host",
+                   "systemctl/kvprov-x-gone.service.txt": "Unit kvprov-x-gone.service could not be found."},
+        "skipped": {"gdscheck.txt": "no NVIDIA GPU", "cufile.json": "no NVIDIA GPU", "udev.json": "no NVIDIA GPU"}}
+    if os.path.exists("/proc/modules"):  # (not in every container)
+        assert meta["errors"]["proc/modules"] is None and out.pop(bf.MODULES) == open("/proc/modules").read()
+    fstab = out.pop("files/etc/fstab", None)
+    assert (fstab is not None) == os.path.exists("/etc/fstab")
+    assert out.pop(bf.MOUNTINFO) and out.pop(bf.MOUNTSTATS) is not None
+    assert out.pop(bf.RDMA_LINK) == "link mlx5_0/1 state ACTIVE physical_state LINK_UP netdev ib0\n"
+    assert out.pop(f"files{host['conf']}") == "port = 1\n"
+    io = json.loads(out.pop(bf.IO_PROBE))
+    assert (io["bytes"], io["timed_out"]) == (4096, False)
+    assert io["path"].startswith(f"{mp}/.kvprov-gpu_1/") and isinstance(io["seconds"], float)
+    assert (io["ok"], io["error"]) == ((True, None) if os.geteuid() == 0 else (False, io["error"]))
+    assert json.loads(out.pop(bf.GPU)) == {"present": False, "driver": None, "gpus": [], "error": None}
+    assert json.loads(out.pop(bf.MANAGED_DIRS)) == {f"{tmp}/etc": ["engine.conf"]}
+    modes = json.loads(out.pop(bf.FILE_MODES))
+    assert modes[str(host["conf"])]["mode"] == format(os.stat(host["conf"]).st_mode & 0o7777, "04o")
+    assert json.loads(out.pop(bf.RESTART_PENDING)) == ["kvprov-x-main.service"]
+    assert json.loads(out.pop(bf.DEPLOY_LOCK)) == collector.deploy_lock()
+    assert json.loads(out.pop(bf.VENVS)) == {str(tmp / "venv"): {"foo-bar": "1.2"}}
+    assert out.pop("systemctl/kvprov-x-main.service.txt") == f"LoadState=loaded\nMainPID={os.getpid()}\n"
+    argv = json.loads(out.pop("systemctl/kvprov-x-main.service.cmdline.json"))
+    assert argv == collector.redact(open(f"/proc/{os.getpid()}/cmdline").read().split("\0")[:-1])
+    nixl = json.loads(out.pop(bf.NIXL_PROBE))
+    assert (nixl["import_ok"], nixl["backend"], nixl["backend_ok"]) == (False, "POSIX", False)
+    assert "nixl" in nixl["error"]
+    dirs = json.loads(out.pop(bf.DIR_MODES))
+    assert list(dirs) == sorted([str(mp), str(mp / "main"), f"{tmp}/etc"])
+    assert dirs[str(mp)]["is_dir"] is True and dirs[str(mp)]["owner"] == USER
+    assert json.loads(out.pop(bf.ENGINE_USER)) == collector.account(USER) and collector.account(USER)["exists"]
+    sd = json.loads(out.pop(bf.STORAGE_DIRS))
+    assert sd["mount_point"]["is_dir"] and sd["mount_point"]["is_on_kv_mount"] is True
+    assert sd["mount_point"]["writable_by_service_user"] is True
+    main = sd["instances"]["main"]
+    assert main["is_on_kv_mount"] is True and main["usage"]["bytes"] >= 100 and main["usage"]["complete"] is True
+    assert json.loads(out.pop(bf.HEALTH)) == {
+        "main": {"unit": "kvprov-x-main.service", "running": True, "status": 200, "ok": True, "error": None,
+                 "url": f"http://127.0.0.1:{d['engine']['instances'][0]['port']}/health"},
+        "main/server": {"unit": "kvprov-x-srv.service", "running": False, "url": "http://127.0.0.1:1/metrics",
+                        "status": None, "ok": False, "error": "not running"}}
+    assert out.pop("metrics/main.txt") == "vllm:prefix_cache_hits_total 5.0\nlmcache_mp_lookup_hit_l2_tokens 7\n"
+    assert out.pop(bf.PACKAGES) == "rdma-core\t48.0-1\n"  # rpm, after dpkg-query failed
+    assert out == {}
+    assert ["dpkg-query", "-W", "-f", "${Package}\t${Version}\n"] in host["calls"]
+
+
+def test_a_configuration_only_capture_of_a_tcp_host(host):
+    d = host["desired"]
+    d["storage"]["transport"] = "tcp"
+    d["storage"]["profile"] = "nfs_tcp"
+    host["canned"][("dpkg-query",)] = (0, "nfs-common\t1:2.6.2\n", "")
+    out = collector.collect(d, False, 4096, 10, "9.9")
+    meta = json.loads(out[bf.COLLECT])
+    assert meta["skipped"] == {
+        "io_probe.json": "not probed (kvprov audit reads configuration only)",
+        "nixl_probe.json": "not probed (kvprov audit reads configuration only)",
+        "health.json": "not probed (kvprov audit reads configuration only)",
+        "metrics": "not probed (kvprov audit reads configuration only)",
+        "gdscheck.txt": "no NVIDIA GPU", "cufile.json": "no NVIDIA GPU", "udev.json": "no NVIDIA GPU",
+        "proc/modules": "storage profile nfs_tcp: no RDMA", "rdma_link.txt": "storage profile nfs_tcp: no RDMA",
+        "ip_addr.txt": "storage profile nfs_tcp: no RDMA"}
+    assert not set(out) & {bf.IO_PROBE, bf.NIXL_PROBE, bf.HEALTH, bf.MODULES, bf.RDMA_LINK, bf.IP_ADDR}
+    assert not [k for k in out if k.startswith("metrics/")]
+    assert out[bf.PACKAGES] == "nfs-common\t1:2.6.2\n" and not [c for c in host["calls"] if c[0] == "rpm"]
+    assert json.loads(out[bf.RESTART_PENDING]) == []
+    assert not [c for c in host["calls"] if c[:2] == ["systemctl", "is-active"]]
+    host["canned"][("dpkg-query",)] = host["canned"][("rpm",)] = (1, "", "no package database\n")
+    out = collector.collect(d, False, 4096, 10, "9.9")
+    assert bf.PACKAGES not in out and json.loads(out[bf.COLLECT])["errors"][bf.PACKAGES] == "no package database"
