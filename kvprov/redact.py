@@ -88,8 +88,7 @@ def redact_diff(lines: list[str], path: str) -> tuple[list[str], bool]:
     for line in lines:
         if line.startswith("@@"):
             in_hunk = True
-        header = line.startswith("@@") or (not in_hunk and line.startswith(("---", "+++")))
-        if header or line[:1] not in ("+", "-", " "):
+        if (not in_hunk and line.startswith(("---", "+++"))) or line[:1] not in ("+", "-", " "):  # @@ too
             out.append(line)
             continue
         end = "\n" if line.endswith("\n") else ""

@@ -71,3 +71,29 @@ def test_a_removed_or_added_line_that_starts_like_a_header_is_content():
     assert shown == diff[:3] + ["-<redacted>\n", "+<redacted>\n", " <redacted>\n", diff[6], "-<redacted>\n", "",
                                 "+<redacted>\n"]
     assert redact.redact_diff(["--- a\n", "+++ b\n"], "/etc/kvprov/secrets/x") == (["--- a\n", "+++ b\n"], False)
+
+
+@pytest.mark.parametrize("path, secret", [
+    ("/etc/kvprov/secrets/engine.env", True), ("etc/kvprov/secrets/engine.env", True),
+    ("//etc/kvprov/secrets/engine.env", True), ("/etc/kvprov/x/../secrets/engine.env", True),
+    ("/etc/kvprov/secretsdir/x", False),  # not under secrets/, and its own name is no secret
+    ("/etc/kvprov/tls/engine.key", True), ("/etc/ssl/engine.pem", True), ("/x/store.p12", True),
+    ("/etc/kvprov/hf_token", True), ("/etc/kvprov/CREDENTIALS", True), ("/etc/passwd", True),
+    ("/etc/kvprov/nixl.toml", False), ("/etc/kvprov/key.conf", False), ("/etc/kvprov/secrets", True),
+    ("etc/kvprov/engine.env", False), ("/etc/kvprov/x.key.bak", False),
+])
+def test_secret_paths(path, secret):
+    assert redact.is_secret_path(path) is secret
+
+
+@pytest.mark.parametrize("line, shown", [
+    ("api_key: |", "api_key: |"), ("token: >-", "token: >-"),  # YAML blocks: their lines follow
+    ('secrets: {"api_key": "x", "port": 1}', 'secrets: {"api_key": "<redacted>", "port": 1}'),
+    ("keys: [a, b]", "keys: [a, b]"), ('API_KEY=""', 'API_KEY=""'), ("API_KEY=''", "API_KEY=''"),
+    ("API_KEY='s3cr3t'", "API_KEY='<redacted>'"), ('HF_TOKEN = "s3cr3t"', 'HF_TOKEN = "<redacted>"'),
+    ("url = https://user:pw@host/x", "url = https://user:<redacted>@host/x"),
+    ('x --hf-token "s3cr3t" --y', 'x --hf-token "<redacted>" --y'), ("x --api-key --port 1", "x --api-key --port 1"),
+])
+def test_more_lines(line, shown):
+    assert redact.redact_line(line) == shown
+    assert redact.redact_text(line + "\n" + line) == shown + "\n" + shown
