@@ -1,0 +1,97 @@
+"""The ONTAP check's pure parts at their edges: a data LIF's state, service policy and RDMA
+protocols, and what each HTTP answer or connection failure is reported as (the recorded
+cluster answers are test_storage_ontap.py's)."""
+
+import email.message
+import io
+import urllib.error
+
+import pytest
+
+from kvprov.storage import ontap
+from kvprov.storage.credentials import Credentials
+from kvprov.storage.systems import Client, System
+
+SYSTEM = System(name="ontap1", kind="ontap", address="10.0.0.5", svm="svm1", credentials_file="/root/ontap.cred")
+RDMA = Client("gpu1", "10.0.1.11", "/kv", True, 20049, "files", "localdomain", "10.0.2.1")
+TCP = Client("gpu2", "10.0.1.11", "/kv", False, 2049, "none", "localdomain", "10.0.2.2")
+
+
+def lif(**changes):
+    base = {"name": "lif1", "ip": {"address": "10.0.1.11"}, "state": "up", "enabled": True,
+            "services": ["data_core", "data_nfs"], "rdma_protocols": ["roce"]}
+    return {**base, **changes}
+
+
+def judged(interfaces, clients=(RDMA,)):
+    r = ontap._lif(SYSTEM, interfaces, "10.0.1.11", list(clients))
+    return r.status, r.found, r.fix
+
+
+def test_a_good_lif_with_and_without_rdma():
+    assert judged([lif(ip={"address": "10.0.1.12"}), lif()]) == (
+        "pass", "LIF lif1 (10.0.1.11): up, rdma_protocols ['roce']", "")
+    assert judged([lif(rdma_protocols=None, services=None, state=None)], [TCP]) == (
+        "pass", "LIF lif1 (10.0.1.11): up", "")
+    assert ontap._lif(SYSTEM, [lif()], "10.0.1.11", [RDMA]).expected == (
+        "a data LIF of SVM svm1 at 10.0.1.11, up, with RDMA (roce)")
+
+
+def test_each_lif_problem_is_named_with_its_fix():
+    status, found, fix = judged([lif(rdma_protocols=[])])
+    assert (status, found) == ("fail", "LIF lif1 (10.0.1.11): rdma_protocols [] (mounted by gpu1)")
+    assert fix == "network interface modify -vserver svm1 -lif lif1 -rdma-protocols roce"
+    status, found, fix = judged([lif(enabled=False)])
+    assert found == "LIF lif1 (10.0.1.11): state up, enabled False (mounted by gpu1)"
+    assert fix == ("network interface modify -vserver svm1 -lif lif1 -status-admin up (and a service policy with "
+                   "data-nfs)")
+    assert judged([lif(state="down")])[1] == "LIF lif1 (10.0.1.11): state down, enabled True (mounted by gpu1)"
+    assert judged([lif(services=[])])[1] == "LIF lif1 (10.0.1.11): service policy without data_nfs (none) (mounted by gpu1)"
+    assert judged([lif(rdma_protocols=["iwarp"])], [TCP])[0] == "pass"
+    assert judged([lif(rdma_protocols=["iwarp"])])[1] == "LIF lif1 (10.0.1.11): rdma_protocols ['iwarp'] (mounted by gpu1)"
+    assert judged([lif(ip={"address": "10.0.1.12"})]) == (
+        "fail", "no LIF of SVM svm1 has address 10.0.1.11 (mounted by gpu1)",
+        "set kvprov_storage_server to a data LIF of the SVM")
+
+
+@pytest.fixture
+def api():
+    return ontap.Api(SYSTEM, Credentials("kvprov-ro", "pw"))
+
+
+def http_error(code, body=b"", location=None):
+    headers = email.message.Message()
+    if location:
+        headers["Location"] = location
+    return urllib.error.HTTPError("https://x", code, "Reason", headers, io.BytesIO(body))
+
+
+@pytest.mark.parametrize("code, said", [
+    (401, "https://10.0.0.5:443: authentication failed for user kvprov-ro (bad): check /root/ontap.cred"),
+    (403, "https://10.0.0.5:443/api/x: user kvprov-ro may not read it (bad): give the user a read-only role that "
+          "includes this path (docs/storage-check.md)"),
+    (404, "https://10.0.0.5:443/api/x: not found (bad) (ONTAP 9.10.1 or later is needed)"),
+    (405, "https://10.0.0.5:443/api/x: HTTP 405 Reason (bad)"),
+    (299, "https://10.0.0.5:443/api/x: HTTP 299 Reason (bad)"),
+    (400, "https://10.0.0.5:443/api/x: HTTP 400 Reason (bad)"),
+])
+def test_each_http_error_says_what_it_means(api, code, said):
+    assert api._http_error(http_error(code, b'{"error": {"message": "bad"}}'), "/api/x") == said
+
+
+@pytest.mark.parametrize("code", [300, 301, 399])
+def test_a_redirect_is_never_followed(api, code):
+    said = api._http_error(http_error(code, location="http://evil:80/"), "/api/x")
+    assert said.startswith(f"https://10.0.0.5:443/api/x: HTTP {code} redirect to http://evil:80/: not followed")
+    assert "no Location" in api._http_error(http_error(code), "/api/x")
+
+
+def test_an_unreadable_error_body_and_a_refused_connection(api):
+    assert api._http_error(http_error(500, b"not json"), "/p") == "https://10.0.0.5:443/p: HTTP 500 Reason"
+    assert api._http_error(http_error(500, b'{"error": "flat"}'), "/p") == "https://10.0.0.5:443/p: HTTP 500 Reason"
+    e = api._url_error(ConnectionRefusedError(111, "Connection refused"))
+    assert (str(e), e.unreachable) == ("https://10.0.0.5:443: cannot connect: Connection refused", True)
+    e = api._url_error("Name or service not known")
+    assert str(e) == "https://10.0.0.5:443: cannot connect: Name or service not known" and e.unreachable
+    e = api._url_error(TimeoutError())
+    assert str(e) == "https://10.0.0.5:443: no answer within 30s (kvprov_storage_api_timeout)" and e.unreachable
