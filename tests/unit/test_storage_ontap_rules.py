@@ -95,3 +95,63 @@ def test_an_unreadable_error_body_and_a_refused_connection(api):
     assert str(e) == "https://10.0.0.5:443: cannot connect: Name or service not known" and e.unreachable
     e = api._url_error(TimeoutError())
     assert str(e) == "https://10.0.0.5:443: no answer within 30s (kvprov_storage_api_timeout)" and e.unreachable
+
+
+def rule(index, *matches, protocols=("nfs4",), ro=("sys",), rw=("sys",), su=("sys",)):
+    r = {"index": index, "clients": [{"match": m} for m in matches], "ro_rule": list(ro), "rw_rule": list(rw),
+         "superuser": list(su)}
+    if protocols is not None:
+        r["protocols"] = list(protocols)
+    return r
+
+
+def volume(**changes):
+    v = {"name": "kv", "state": "online", "nas": {"path": "/kv", "export_policy": {"name": "gpu"}},
+         "space": {"size": 1000, "available": 500}, "files": {"maximum": 100, "used": 40}}
+    return {**v, **changes}
+
+
+def exported(rules, vol=None, clients=(RDMA,)):
+    state = {"volumes": [vol or volume()], "policies": [{"name": "gpu", "rules": rules}]}
+    return {r.id: r for r in ontap._export(SYSTEM, state, "/kv", list(clients))}
+
+
+def test_rules_apply_in_index_order_whatever_their_place():
+    good, squash = rule(2, "10.0.2.0/24"), rule(1, "10.0.2.1", su=("none",))
+    for rules in ([good, squash], [squash, good]):
+        r = exported(rules)["export./kv.access"]
+        assert (r.status, r.found) == ("fail", "gpu1 (10.0.2.1): rule 1 (10.0.2.1) has no sys/any in superuser")
+    unindexed = {k: v for k, v in rule(None, "10.0.2.1", su=("none",)).items() if k != "index"}
+    assert exported([rule(1, "10.0.2.0/24"), unindexed])["export./kv.access"].status == "fail"  # no index: first
+
+
+def test_which_rules_match_and_what_they_grant():
+    assert exported([rule(1, "10.0.2.1", protocols=("cifs",)), rule(2, "0.0.0.0/0")])[
+        "export./kv.access"].found == "gpu1 (10.0.2.1): rule 2 (0.0.0.0/0)"
+    for protocols in (None, ("any",), ("nfs",), ("nfs3", "nfs")):
+        assert exported([rule(1, "10.0.2.1", protocols=protocols)])["export./kv.access"].status == "pass", protocols
+    assert exported([rule(1, "10.9.0.0/16"), rule(2, "10.0.2.1", ro=(), rw=("krb5",), su=("any",))])[
+        "export./kv.access"].found == "gpu1 (10.0.2.1): rule 2 (10.0.2.1) has no sys/any in ro_rule, rw_rule"
+    r = exported([rule(1, "gpu1.example.com", "10.9.9.9")])["export./kv.access"]
+    assert (r.status, r.found) == ("warn", "gpu1 (10.0.2.1): rule 1 (gpu1.example.com, 10.9.9.9) may apply")
+    assert exported([rule(1, "10.9.9.9")])["export./kv.access"].found == (
+        "gpu1 (10.0.2.1): no rule of the policy matches it")
+    assert exported([{"index": 1, "clients": [{"match": ""}, {}]}])["export./kv.access"].status == "fail"
+
+
+def test_the_volume_its_state_figures_and_policy():
+    res = exported([rule(1, "10.0.2.1")])
+    assert (res["volume./kv.online"].status, res["volume./kv.online"].found, res["volume./kv.online"].fix) == (
+        "pass", "volume kv: online", "")
+    assert res["volume./kv.inodes"].found == "volume kv: 60 inodes of 100 inodes free (60.0%)"
+    off = exported([rule(1, "10.0.2.1")], volume(state="offline"))["volume./kv.online"]
+    assert (off.status, off.found, off.fix) == ("fail", "volume kv: offline", "volume online -vserver svm1 -volume kv")
+    unknown = exported([rule(1, "10.0.2.1")], volume(files={"maximum": 100}))["volume./kv.inodes"]
+    assert unknown.status == "warn"
+    unknown = exported([rule(1, "10.0.2.1")], volume(files={"used": 5}))["volume./kv.inodes"]
+    assert unknown.status == "warn"
+    lost = exported([rule(1, "10.0.2.1")], volume(nas={"path": "/kv", "export_policy": {"name": "other"}}))
+    assert lost["export./kv.access"].found == "volume kv's export policy other was not found"
+    none = ontap._export(SYSTEM, {"volumes": [volume(nas={"path": "/other"})]}, "/kv", [RDMA])
+    assert [(r.id, r.status) for r in none] == [("volume./kv.online", "fail")]
+    assert str(ontap.ApiError("boom")) == "boom" and ontap.ApiError("x", unreachable=True).unreachable
