@@ -179,3 +179,76 @@ def test_a_configuration_only_capture_of_a_tcp_host(host):
     host["canned"][("dpkg-query",)] = host["canned"][("rpm",)] = (1, "", "no package database\n")
     out = collector.collect(d, False, 4096, 10, "9.9")
     assert bf.PACKAGES not in out and json.loads(out[bf.COLLECT])["errors"][bf.PACKAGES] == "no package database"
+
+
+def test_probes_that_fail_or_hang(host, tmp_path):
+    d = host["desired"]
+    d["storage"]["mount_point"] = str(tmp_path / "not-there")  # the I/O probe cannot make its directory
+    d["nixl"]["venv"] = str(tmp_path / "no-venv")  # no python there: the probe cannot start
+    d["engine"]["instances"] = []
+    d["dirs"] = []
+    out = collector.collect(d, True, 4096, 10, "9.9")
+    io = json.loads(out[bf.IO_PROBE])
+    assert out[bf.IO_PROBE] == json.dumps(io, indent=2)
+    assert {k: io[k] for k in ("ok", "seconds", "timed_out", "bytes", "path")} == {
+        "ok": False, "seconds": None, "timed_out": False, "bytes": 4096, "path": f"{tmp_path}/not-there/.kvprov-gpu_1/"}
+    assert io["error"].startswith("FileNotFoundError: ") and "\n" not in io["error"]
+    nixl = json.loads(out[bf.NIXL_PROBE])
+    assert nixl == {"import_ok": False, "version": None, "plugins": [], "backend": "POSIX", "backend_ok": False,
+                    "error": f"[Errno 2] No such file or directory: '{tmp_path}/no-venv/bin/python3'"}
+    assert out[bf.HEALTH] == "{}"
+    assert json.loads(out[bf.STORAGE_DIRS])["mount_point"]["exists"] is False
+
+
+def test_run_a_missing_command_and_one_that_hangs():
+    assert collector.run(["/nonexistent/cmd"], 5) == (127, "", "[Errno 2] No such file or directory: "
+                                                      "'/nonexistent/cmd'", False)
+    assert collector.run([sys.executable, "-c", "import time; time.sleep(5)"], 0.3) == (
+        -9, "", "timed out after 0.3s", True)
+    assert collector.run([sys.executable, "-c", "import sys; print(sys.stdin.read()[::-1])"], 5, "abc") == (
+        0, "cba\n", "", False)
+
+
+def test_an_engines_health_and_metrics(engine_http, monkeypatch, tmp_path):
+    for name in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(collector, "run", lambda cmd, timeout, stdin=None: (
+        (0, "", "", False) if cmd == ["systemctl", "is-active", "--quiet", "u1"] and timeout == 10 else (3, "", "", False)))
+    h, metrics = collector.probe_service("u1", "127.0.0.1", engine_http, "/metrics")  # the metrics page only
+    assert h == {"unit": "u1", "running": True, "url": f"http://127.0.0.1:{engine_http}/metrics", "status": 200,
+                 "ok": True, "error": None}
+    assert metrics == "vllm:prefix_cache_hits_total 5.0\nlmcache_mp_lookup_hit_l2_tokens 7\n"
+    h, metrics = collector.probe_service("u1", "127.0.0.1", engine_http, "/nothing")
+    assert (h["status"], h["ok"], metrics) == (404, False, "vllm:prefix_cache_hits_total 5.0\n"
+                                                            "lmcache_mp_lookup_hit_l2_tokens 7\n")
+    h, metrics = collector.probe_service("u1", "127.0.0.1", engine_http, "/health", str(tmp_path / "none.pem"))
+    assert h["url"] == f"https://127.0.0.1:{engine_http}/health" and metrics is None
+    assert h["error"].startswith(f"the deployed certificate {tmp_path}/none.pem: ")
+    assert collector.probe_service("u2", "127.0.0.1", engine_http, "/health") == (
+        {"unit": "u2", "running": False, "url": f"http://127.0.0.1:{engine_http}/health", "status": None,
+         "ok": False, "error": "not running"}, None)
+
+
+def test_the_cache_lines_kept_of_a_metrics_page():
+    kept = ["vllm:prefix_cache_hits_total 1", "vllm:external_prefix_cache_queries_total 2",
+            "vllm:prompt_tokens_cached_total 3", 'vllm:cache_config_info{block_size="16"} 1',
+            "lmcache_mp_lookup_hit_l2_tokens 4", "sglang:prompt_tokens_total 5", "sglang:cached_tokens_total 6",
+            "sglang:prefetched_tokens_total 7", "sglang:backuped_tokens_total 8",
+            "sglang:storage_prefetch_hit_tokens 9"]
+    dropped = ["vllm:num_requests_running 1", "# HELP vllm:prefix_cache_hits_total x", "sglang:gen_throughput 3"]
+    assert [line for line in kept + dropped if line.startswith(collector.METRIC_PREFIXES)] == kept
+
+
+def test_a_venvs_distributions(tmp_path):
+    site = tmp_path / "lib/python3.11/site-packages"
+    site.mkdir(parents=True)
+    for name, meta in (("A_b-1.dist-info", "Name: A_b\nSummary: a: b\nVersion: 1.0\n\nName: body\nVersion: 9\n"),
+                       ("noversion-1.dist-info", "Name: noversion\n"), ("nover-2.dist-info", "Version: 2\n"),
+                       ("x.egg-info", "Name: x\nVersion: 3\n"), ("nometa-1.dist-info", None)):
+        (site / name).mkdir()
+        if meta is not None:
+            (site / name / "METADATA").write_text(meta)
+    (site / "big-1.dist-info").mkdir()
+    (site / "big-1.dist-info/METADATA").write_text("Name: big\n" + "X: y\n" * 13110 + "Version: 1\n")
+    assert collector.venv_versions(str(tmp_path)) == {"a-b": "1.0"}  # its Version is past the first 64 KiB read
+    assert collector.venv_versions(str(tmp_path / "missing")) == {}
