@@ -801,7 +801,11 @@ def module_level(copy: Path, rel: str, elsewhere: str) -> dict[int, tuple[list, 
                 ranges = [(f.lineno, f.end_lineno) for f in functions if loads(f) & names]
                 if not ranges:
                     continue
-                plan = (ranges, [(n.lineno, n.end_lineno) for n in again])
+                # a default argument was bound when its def ran: binding the constant anew changes
+                # nothing there, so such a mutant is planted by a fresh import
+                bound = any(loads(d) & names for f in functions if loads(f) & names
+                            for d in [*f.args.defaults, *(k for k in f.args.kw_defaults if k)])
+                plan = (ranges, None if bound else [(n.lineno, n.end_lineno) for n in again])
                 for ln in range(stmt.lineno, stmt.end_lineno + 1):
                     out[ln] = plan
             continue

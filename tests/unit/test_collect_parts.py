@@ -56,3 +56,17 @@ def test_api_key_at_the_end_of_a_command_line():
     assert collector.redact(["--api-key", "k", "--api-key", "k2"]) == ["--api-key", "<redacted>", "--api-key",
                                                                       "<redacted>"]
     assert collector.redact(["--api-keys", "k"]) == ["--api-keys", "k"]
+
+
+def test_a_mountinfo_line_at_its_smallest_is_read():
+    five = "9 1 0:9 / /mnt/five - tmpfs tmpfs rw\n"  # no options field before the separator
+    assert collector.mount_of("/mnt/five/x", five)["mount"] == "/mnt/five"
+    short = "40 22 0:49 / /mnt/x rw - tmpfs tmpfs\n"  # nothing after the source
+    assert collector.mount_of("/mnt/x", short) == {"mount": "/mnt/x", "fstype": "tmpfs", "device": "tmpfs",
+                                                   "dev": "0:49"}
+
+
+def test_a_captured_file_is_cut_at_one_mib(tmp_path):
+    big = tmp_path / "big"
+    big.write_bytes(b"a" * ((1 << 20) + 10))
+    assert len(collector.read(str(big))) == 1 << 20 and len(collector.read(str(big), 5)) == 5
