@@ -94,3 +94,47 @@ def test_overrides_and_their_arguments():
     helps = {a.dest: a for a in p._actions}
     assert (helps["bench_seconds"].metavar, helps["bench_files"].metavar) == ("S", "N")
     assert "in 20 s" in helps["together"].help and bench.LEAD_SECONDS == 20
+
+
+def phase(files, seconds):
+    return {"files": files, "bytes": files * 18 * MiB, "seconds": seconds, "gbps": files * 18 * MiB / seconds / 1e9,
+            "lat_ms": {}}
+
+
+def test_the_aggregate_counts_each_passes_own_bytes_and_span_exactly():
+    # exact binary times: host b starts 0.125 s late, writes 1.125 s, reads 0.5 s; a reads 16 files, b 8
+    a = host_result(start=0.0, write=phase(16, 1.25), read=phase(16, 0.5))
+    b = host_result(start=0.125, write=phase(16, 1.125), read=phase(8, 0.5))
+    write, read = bench.aggregate({"a": report(a), "b": report(b)})
+    assert write.found == f"{32 * 18 * MiB / 1.25 / 1e9:.3f} GB/s (576 MiB in 1.25 s; start skew 125 ms)"
+    assert read.found == f"{24 * 18 * MiB / 0.5 / 1e9:.3f} GB/s (432 MiB in 0.50 s; start skew 125 ms)"
+    assert write.status == "pass"  # began 0.125 s apart: exactly 10 % of the 1.25 s span
+    c = host_result(start=0.9, write=phase(16, 0.475), read=phase(16, 0.5))
+    skewed = bench.aggregate({"a": report(a), "c": report(c)})[0]
+    assert skewed.status == "warn" and "start skew 900 ms" in skewed.found and "began 900 ms apart" in skewed.found
+
+
+def test_no_threshold_means_none_however_slow():
+    slow = host_result(gbps_w=0.2)
+    r = bench.judge("h1", {"result": slow, "rc": 0, "min_write_gbps": None, "min_read_gbps": None})[0]
+    assert (r.status, r.expected) == ("pass", "a figure (kvprov_bench_min_write_gbps is 0: no threshold)")
+
+
+def test_the_run_itself(monkeypatch):
+    import sys
+
+    from kvprov import runner
+
+    seen = {}
+
+    def fake_run(playbook, sources, **kw):
+        seen.update(kw)
+        return runner.RunResult(0, None, failures=[runner.Failure("c", "t", "down", True)])
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    results, _ = bench.run("inv.yml", together=True)
+    assert seen["name"] == "bench" and seen["stream"] is sys.stderr
+    start = seen["extravars"]["kvprov_bench_start_at"]
+    assert start == round(start, 3)
+    assert results == [Result("bench.run", "bench", "fail", "the host runs the acceptance test", "unreachable: down",
+                              "", "c")]
