@@ -112,3 +112,45 @@ def test_parsers_edges():
 def test_rule_specificity():
     assert [linux._specificity(c) for c in ("gpu1", "10.0.0.1", "10.0.0.0/8", "@ng", "gpu*", "gpu?", "*")] == [
         1, 1, 2, 2, 2, 2, 3]
+
+
+def test_unread_files_name_the_reason_or_nothing():
+    st = linux.State(errors={"versions": "cannot read v", "portlist": "cannot read p"})
+    res = judged(st)
+    assert res["nfs.v4.1"] == r("nfs.v4.1", "fail", "NFS 4.1 served", "cannot read v",
+                                "start the NFS server (systemctl start nfs-server)")
+    assert res["nfs.rdma"] == r("nfs.rdma", "fail", "rdma 20049 in /proc/fs/nfsd/portlist (the GPU nodes mount "
+                                "proto=rdma)", "cannot read p", "start the NFS server (systemctl start nfs-server)")
+    bare = judged(linux.State())
+    assert (bare["nfs.v4.1"].found, bare["nfs.rdma"].found, bare["export./kv"].found) == ("", "", "")
+
+
+def test_state_of_text_that_is_not_utf8_and_a_statfs_without_output():
+    import base64
+
+    st = linux.state_of({"ansible_facts": {"kvprov_storage_state": {
+        "versions": {"content": base64.b64encode(b"+4 +4.1 \xff").decode()},
+        "exports": {"rc": 2, "msg": "exportfs  missing"},
+        "statfs": [{"item": "/kv", "rc": 0, "stdout": None}]}}})
+    assert st.versions == "+4 +4.1 \ufffd" and st.statfs == {"/kv": ""}
+    assert st.errors["exports"] == "exportfs -v failed (rc 2): exportfs missing"
+
+
+def test_contradictory_options_and_frozen_records():
+    assert judged(good_state(exports="/kv\t*(pnfs,rw,ro,no_root_squash)\n"))["export./kv.access"].status == "fail"
+    assert judged(good_state(exports="/kv\t*(pnfs,rw,no_root_squash,root_squash)\n"))[
+        "export./kv.access"].status == "fail"
+    assert len({knfsd.Export("/a", "*", ("rw",)), knfsd.Export("/a", "*", ("rw",))}) == 1
+    assert hash(knfsd.StatFs(1, 2, 3, 4)) == hash(knfsd.StatFs(1, 2, 3, 4))
+    assert knfsd.versions("X4 +4.1") == {"4.1": True} and knfsd.version_enabled({}, "4.0") is False
+    assert knfsd.exports("/a\t*(rw) trailing\n") == []
+
+
+def test_capacity_goes_on_to_inodes_after_a_volume_without_a_size():
+    from kvprov.storage import access
+
+    system = dataclasses.replace(SERVER, min_free_percent=10, min_free_inodes_percent=10)
+    space, inodes = access.capacity(system, "/kv", 0, 0, 100, 5, "fs")
+    assert (space.status, space.found, inodes.status) == ("pass", "fs: no space limit reported", "fail")
+    warn = access.capacity(system, "/kv", None, None, 100, 50, "fs")[0]
+    assert (warn.status, warn.fix) == ("warn", "")
