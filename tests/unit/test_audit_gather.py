@@ -59,7 +59,7 @@ def test_gather_audits_each_capture_and_names_the_hosts_that_did_not_answer(ansi
     ansible["failures"] = [runner.Failure("gpu9", "Gathering Facts", "ssh: no route", True),
                            runner.Failure("gpu8", "capture", "python3 missing")]
     results, gauges = audit.gather(["inv.yml"], "gpu*", 7)
-    assert ansible == {**ansible, "playbook": "collect.yml", "sources": ["inv.yml"], "limit": "gpu*",
+    assert ansible == {**ansible, "playbook": "collect.yml", "sources": ["inv.yml"], "limit": "gpu*", "name": "audit",
                        "capture": CAPTURE_TASK, "extravars": {"kvprov_collect_timeout": 7,
                                                               "kvprov_collect_probes": False}}
     by_host = {}

@@ -93,6 +93,7 @@ def test_secret_paths(path, secret):
     ("API_KEY='s3cr3t'", "API_KEY='<redacted>'"), ('HF_TOKEN = "s3cr3t"', 'HF_TOKEN = "<redacted>"'),
     ("url = https://user:pw@host/x", "url = https://user:<redacted>@host/x"),
     ('x --hf-token "s3cr3t" --y', 'x --hf-token "<redacted>" --y'), ("x --api-key --port 1", "x --api-key --port 1"),
+    ("API_KEY=Xs3cr3tX", "API_KEY=<redacted>"),  # only a quote is kept around the value
 ])
 def test_more_lines(line, shown):
     assert redact.redact_line(line) == shown
