@@ -634,6 +634,8 @@ def worker(copy: Path, files: list[str], tests: list[str]) -> None:
                          or n in ("kvprov_mount_state", "kvprov_collect")]:
                 del sys.modules[name]
             rc = int(pytest.main([*PYTEST_ARGS, "-p", "no:xdist", *job["tests"]]))
+            if rc == 4:  # tests not found: their parameters come from the mutated constant; their files whole
+                rc = int(pytest.main([*PYTEST_ARGS, "-p", "no:xdist", *sorted({t.split("::")[0] for t in job["tests"]})]))
             return rc if rc in (0, 1) else 10 + rc
         for nodeid in job["tests"]:
             reports = runtestprotocol(items[nodeid], log=False, nextitem=None)
