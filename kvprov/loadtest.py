@@ -47,6 +47,7 @@ import ssl
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -78,6 +79,8 @@ class Endpoint:
     engine: str | None = None
     api_key: str | None = field(default=None, repr=False)  # sent as Bearer to its API only; never printed or stored
     ca_file: str | None = None  # https: the CA certificates to verify it with (None: the trust store)
+    via: dict | None = field(default=None, repr=False)  # on the host's loopback: its connection variables
+    tunnel: str | None = None  # how it is reached when through an ssh tunnel (said in the JSON)
     max_model_len: int | None = None  # from /v1/models, else the inventory
     max_model_len_from: str = ""
     model: str | None = None  # served name, from /v1/models
@@ -91,7 +94,7 @@ class Endpoint:
     def public(self) -> dict:
         return {"name": self.name, "url": self.url, "engine": self.engine, "model": self.model,
                 "max_model_len": self.max_model_len, "max_model_len_from": self.max_model_len_from or None,
-                "api": self.api, "metrics_urls": self.metrics_urls, "problem": self.problem}
+                "api": self.api, "metrics_urls": self.metrics_urls, "problem": self.problem, "tunnel": self.tunnel}
 
 
 def _host_in_url(address: str) -> str:
@@ -160,14 +163,11 @@ def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instanc
         engine = state["engine"]
         listen = str(v.get("kvprov_sglang_host") or v.get("kvprov_engine_host") or "127.0.0.1")
         reach = str(v.get("ansible_host") or host)
-        problem = None
+        problem, via = None, None
         if listen in ANY_ADDRESS:
             address = reach
-        elif _is_loopback(listen):
-            address = listen
-            if not _is_loopback(reach):
-                problem = (f"listens on {listen} only (kvprov_engine_host): not reachable from this controller; "
-                           "set kvprov_engine_host to an address it reaches, or forward the port and use --url")
+        elif _is_loopback(listen):  # on another host: through an ssh tunnel (open_tunnels)
+            address, via = listen, (None if _is_loopback(reach) else v)
         else:
             address = listen
         key_file = v.get("kvprov_engine_api_key_file") or ""
@@ -185,7 +185,7 @@ def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instanc
                           host=host, units=list(inst.get("units", [])), storage_dir=inst.get("storage_dir") or None,
                           max_model_len=limit or None, max_model_len_from="kvprov_vllm_max_model_len" if limit else "",
                           model_path=tokenizer or v.get("kvprov_engine_model_path"),
-                          ca_file=v.get("kvprov_engine_tls_ca_file") or None)
+                          ca_file=v.get("kvprov_engine_tls_ca_file") or None, via=via)
             if key_file and not problem:
                 try:
                     ep.api_key = read_api_key(key_file, "kvprov_engine_api_key_file")
@@ -193,6 +193,37 @@ def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instanc
                     ep.problem = str(e)
             out.append(ep)
     return out
+
+
+def open_tunnels(endpoints: list[Endpoint], stack: ExitStack) -> None:
+    """Reach the endpoints on a host's loopback through an ssh tunnel per host (kvprov.tunnel),
+    closed with `stack`; a tunnel that does not open is that host's endpoints' problem."""
+    from kvprov import tunnel
+
+    by_host: dict[str, list[Endpoint]] = {}
+    for ep in endpoints:
+        if ep.via is not None and not ep.problem:
+            by_host.setdefault(ep.host, []).append(ep)
+    for host, eps in by_host.items():
+        urls = {u for ep in eps for u in [ep.url, *ep.metrics_urls] if _is_loopback(urlsplit(u).hostname or "")}
+        ports = sorted({urlsplit(u).port for u in urls})
+        _progress(f"{host}: the engine listens on its loopback: ssh tunnel for port(s) {','.join(map(str, ports))}")
+        try:
+            local = stack.enter_context(tunnel.forward(host, eps[0].via, ports))
+        except KvprovError as e:
+            for ep in eps:
+                ep.problem = str(e)
+            continue
+
+        def moved(url: str) -> str:
+            parts = urlsplit(url)
+            if url not in urls:
+                return url
+            return parts._replace(netloc=f"127.0.0.1:{local[parts.port]}").geturl()
+
+        for ep in eps:
+            ep.tunnel = f"ssh tunnel to {host}'s {urlsplit(ep.url).netloc}"
+            ep.url, ep.metrics_urls = moved(ep.url), [moved(u) for u in ep.metrics_urls]
 
 
 def load_inventory_endpoints(path: str | list[str], limit: str | None, instances: list[str] | None,
@@ -1139,10 +1170,16 @@ def roundtrip(sources: list[str], limit: str | None) -> list:
     restart of its units and a replay (the same path as `kvprov loadtest --replay`); then, per
     namespace shared by several hosts, the warmed prefix of each instance replayed on another
     host's instance, restarted first (`kvprov loadtest --cross-host`)."""
+    with ExitStack() as tunnels:
+        eps = load_inventory_endpoints(sources, limit, None, None)
+        open_tunnels(eps, tunnels)
+        return _roundtrip(sources, eps)
+
+
+def _roundtrip(sources: list[str], eps: list[Endpoint]) -> list:
     from kvprov.validate.result import SKIP, Result
 
     results = []
-    eps = load_inventory_endpoints(sources, limit, None, None)
     for ep in eps:
         if ep.engine in TIERLESS_ENGINES:
             results.append(Result(f"engine.{ep.name.split('/', 1)[-1]}.roundtrip", "engine", SKIP, "",
@@ -1182,6 +1219,11 @@ def _stamp() -> str:
 
 
 def cmd_loadtest(args) -> int:
+    with ExitStack() as tunnels:  # ssh tunnels to engines on a host's loopback, closed at the end
+        return _loadtest(args, tunnels)
+
+
+def _loadtest(args, tunnels: ExitStack) -> int:
     from kvprov import loadtest_report as report
 
     sources = inventory.from_args(args)
@@ -1217,6 +1259,7 @@ def cmd_loadtest(args) -> int:
     else:
         names = [n.strip() for n in args.instances.split(",") if n.strip()] if args.instances else None
         endpoints = load_inventory_endpoints(sources, args.limit, names, args.tokenizer)
+        open_tunnels(endpoints, tunnels)
 
     probe_timeout = min(30.0, s.request_timeout)
     for ep in endpoints:  # models and context, before any inference request

@@ -1,0 +1,33 @@
+"""kvprov/tunnel.py: the ssh command that reaches a host as Ansible's ssh connection would
+(pure), and a real forward through this machine's own sshd when one runs here."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvprov.errors import KvprovError
+from kvprov.tunnel import forward, ssh_argv
+
+
+def test_the_hosts_connection_variables_come_first_and_the_configuration_fills_in():
+    values = {"ansible_host": "10.0.0.6", "ansible_port": 2222, "ansible_user": "ops",
+              "ansible_ssh_private_key_file": "~/k", "ansible_ssh_common_args": "-o ProxyJump=bastion",
+              "ansible_ssh_extra_args": "-o ServerAliveInterval=5"}
+    argv = ssh_argv("gpu7", values, {"ssh_args": "-C -o ControlMaster=auto", "remote_user": "cfg",
+                                     "host_key_checking": "False"})
+    assert argv[:4] == ["ssh", "-C", "-o", "ControlMaster=auto"] and argv[-1] == "10.0.0.6"
+    opts = [argv[i + 1] for i, a in enumerate(argv) if a == "-o"]
+    assert "StrictHostKeyChecking=no" in opts and "User=ops" in opts and "Port=2222" in opts
+    assert any(o.startswith("IdentityFile=/") and o.endswith("/k") for o in opts)  # ~ expanded
+    assert {"ProxyJump=bastion", "ServerAliveInterval=5", "BatchMode=yes", "ExitOnForwardFailure=yes"} <= set(opts)
+    # nothing given: the inventory name, the configuration's user and key, host keys checked
+    argv = ssh_argv("gpu7", {}, {"remote_user": "cfg", "private_key_file": "/etc/k"})
+    assert argv[-1] == "gpu7" and "User=cfg" in argv and "IdentityFile=/etc/k" in argv
+    assert "StrictHostKeyChecking=no" not in argv
+    assert ssh_argv("gpu7", {"ansible_ssh_args": "-o A=1"}, {"ssh_args": "-o B=2"})[1:3] == ["-o", "A=1"]
+
+
+def test_a_tunnel_that_cannot_open_names_the_host_and_ssh_says_why():
+    with pytest.raises(KvprovError, match=r"^gpu7: the ssh tunnel to its engine did not open: .+"):
+        with forward("gpu7", {"ansible_host": "127.0.0.1", "ansible_port": 1}, [8000], timeout=20, defaults={}):
+            pass
