@@ -942,6 +942,7 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
         elsewhere = "\n".join(p.read_text() for p in sorted((copies[0] / "kvprov").rglob("*.py"))
                               if str(p.relative_to(copies[0])) != rel)
         planted = module_level(copies[0], rel, elsewhere)
+        own_stem = Path(rel).stem.removeprefix("kvprov_")
         for m in (m for m in mutants if m.path == rel):
             if m.id in equivalent:
                 m.status = "equivalent"
@@ -953,8 +954,11 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
                         ranges, m.again = planted[m.line]
                         chosen = set().union(*(by_line.get(key, {}).get(ln, set())
                                                for a, b in ranges for ln in range(a, b + 1)))
-                    elif m.scope == "<module>":  # run at import: every test that runs the module
-                        chosen = set().union(*by_line.get(key, {}).values())
+                    elif m.scope == "<module>":  # run at import: every test that runs the module, and
+                        # every test of its own test files (a test may read a constant only: its import is
+                        # not traced to any test)
+                        chosen = set().union(*by_line.get(key, {}).values()) | {
+                            t for t in durations if usable(t) and own_stem in t.split("::")[0].rsplit("/", 1)[-1]}
                     else:
                         first, last = stmt.get(m.line, (m.line, m.line))
                         chosen = set().union(*(by_line.get(key, {}).get(ln, set()) for ln in range(first, last + 1)))
