@@ -1004,7 +1004,14 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
     print(f"mutation: control run: the {controls[0]['tests']} tests the mutants may run pass on the unmutated code "
           f"through the job's fork ({controls[0]['seconds']:.0f} s)", flush=True)
     by_id = {m.id: m for m in todo}
-    queue = sorted(todo, key=lambda m: -sum(durations.get(n, 1.0) for n in m.run))
+    def cost(m: Mutant) -> float:
+        return sum(durations.get(n, 1.0) for n in m.run)
+
+    file_cost: dict[str, float] = {}
+    for m in todo:
+        file_cost[m.path] = file_cost.get(m.path, 0.0) + cost(m)
+    # file by file, the cheapest file first (pop() takes the last): an interrupted run records the files it finished
+    queue = sorted(todo, key=lambda m: (-file_cost[m.path], m.path, -cost(m)))
     busy: dict[int, str] = {}
     done = 0
     fd_of = {p.stdout.fileno(): p for p in workers}
@@ -1021,6 +1028,22 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
         if queue:
             send(p)
     last_print = 0.0
+    try:
+        run_queue(workers, busy, queue, send, by_id, fd_of, todo, started)
+    except (KeyboardInterrupt, SystemExit) as e:  # interrupted: record the files whose every mutant ran
+        finished = [f for f in files if all(m.status for m in every_mutant if m.path == f)]
+        print(f"mutation: interrupted ({e}); recording the {len(finished)} file(s) finished: {', '.join(finished)}",
+              flush=True)
+        if not finished:
+            raise
+        files = finished
+        every_mutant = [m for m in every_mutant if m.path in finished]
+    return report(args, every_mutant, files, equivalent, unknown, started,
+                  controls[0]["tests"] if controls else 0, copies[0])
+
+
+def run_queue(workers, busy, queue, send, by_id, fd_of, todo, started) -> None:
+    done, last_print = 0, 0.0
     while busy:
         ready, _, _ = select.select([p.stdout for p in workers if p.pid in busy], [], [])
         for f in ready:
@@ -1042,8 +1065,6 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
             killed = sum(m.status in ("killed", "timeout") for m in todo)
             print(f"mutation: {done}/{len(todo)} run, {killed} killed, {time.monotonic() - started:.0f} s",
                   flush=True)
-    return report(args, every_mutant, files, equivalent, unknown, started,
-                  controls[0]["tests"] if controls else 0, copies[0])
 
 
 SCORED = ("killed / scored, where scored = all mutants - the equivalent ones = killed + survived + not covered "
