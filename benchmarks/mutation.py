@@ -1013,7 +1013,6 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
     # file by file, the cheapest file first (pop() takes the last): an interrupted run records the files it finished
     queue = sorted(todo, key=lambda m: (-file_cost[m.path], m.path, -cost(m)))
     busy: dict[int, str] = {}
-    done = 0
     fd_of = {p.stdout.fileno(): p for p in workers}
 
     def send(p):
@@ -1027,7 +1026,6 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
     for p in workers:
         if queue:
             send(p)
-    last_print = 0.0
     try:
         run_queue(workers, busy, queue, send, by_id, fd_of, todo, started)
     except (KeyboardInterrupt, SystemExit) as e:  # interrupted: record the files whose every mutant ran
