@@ -25,7 +25,8 @@ METRICS = "vllm:prefix_cache_hits_total 5.0\nvllm:num_requests_running 1\nlmcach
 def engine_http():
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            body = {"/health": b"ok", "/metrics": METRICS.encode()}.get(self.path)
+            body = {"/health": b"ok", "/metrics": METRICS.encode(), "/bad": b"ok \xff",
+                    "/big": b"x" * ((4 << 20) - 10) + b"\nvllm:prefix_cache_hits_total 1\n"}.get(self.path)
             self.send_response(200 if body is not None else 404)
             self.end_headers()
             self.wfile.write(body or b"")
@@ -252,3 +253,12 @@ def test_a_venvs_distributions(tmp_path):
     (site / "big-1.dist-info/METADATA").write_text("Name: big\n" + "X: y\n" * 13110 + "Version: 1\n")
     assert collector.venv_versions(str(tmp_path)) == {"a-b": "1.0"}  # its Version is past the first 64 KiB read
     assert collector.venv_versions(str(tmp_path / "missing")) == {}
+
+
+def test_a_page_is_read_up_to_4_mib_and_decoded_whatever_its_bytes(engine_http, monkeypatch):
+    for name in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    status, body, error = collector.http_get(f"http://127.0.0.1:{engine_http}/big")
+    assert (status, len(body), error) == (200, 4 << 20, None)
+    assert not body.endswith("vllm:prefix_cache_hits_total 1\n")
+    assert collector.http_get(f"http://127.0.0.1:{engine_http}/bad") == (200, "ok \ufffd", None)
