@@ -871,6 +871,9 @@ def main() -> int:
 def run(args, tmp: Path, procs: list, started: float) -> int:
     jobs = max(1, args.jobs)
     copies = [tmp / f"copy{j}" for j in range(jobs)]
+    # the commit the copies were taken at (the run may outlast later commits)
+    args.at_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                                    text=True).stdout.strip()
     for c in copies:
         copy_checkout(ROOT, c)
     files = target_files(copies[0], args.module or MODULES)
@@ -1140,10 +1143,10 @@ def report(args, mutants: list[Mutant], files: list[str], equivalent: dict, unkn
     what was mutated: the private copy's, taken when the run began) and the summary."""
     elapsed = time.monotonic() - started
     survivors = [m for m in mutants if m.status not in ("killed", "timeout", "equivalent")]
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = args.at_commit
 
-    def dirty(rel: str) -> bool:  # the mutated copy is not the file at HEAD
-        at_head = subprocess.run(["git", "-C", str(ROOT), "show", f"HEAD:{rel}"], capture_output=True, text=True)
+    def dirty(rel: str) -> bool:  # the mutated copy is not the file at that commit
+        at_head = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:{rel}"], capture_output=True, text=True)
         return at_head.returncode != 0 or at_head.stdout != (copy / rel).read_text()
 
     data = {
