@@ -262,3 +262,6 @@ def test_a_page_is_read_up_to_4_mib_and_decoded_whatever_its_bytes(engine_http, 
     assert (status, len(body), error) == (200, 4 << 20, None)
     assert not body.endswith("vllm:prefix_cache_hits_total 1\n")
     assert collector.http_get(f"http://127.0.0.1:{engine_http}/bad") == (200, "ok \ufffd", None)
+    assert collector.http_get(f"http://127.0.0.1:{engine_http}/missing")[:2] == (404, "")
+    status, body, error = collector.http_get("http://127.0.0.1:1/x", timeout=2)  # nothing listens there
+    assert (status, body) == (None, "") and "refused" in error
