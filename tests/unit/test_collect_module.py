@@ -154,7 +154,42 @@ def test_every_file_of_a_capture(host):
     assert out.pop("metrics/main.txt") == "vllm:prefix_cache_hits_total 5.0\nlmcache_mp_lookup_hit_l2_tokens 7\n"
     assert out.pop(bf.PACKAGES) == "rdma-core\t48.0-1\n"  # rpm, after dpkg-query failed
     assert out == {}
-    assert ["dpkg-query", "-W", "-f", "${Package}\t${Version}\n"] in host["calls"]
+    calls = host["calls"]
+    assert ["dpkg-query", "-W", "-f", "${Package}\t${Version}\n"] in calls
+    assert ["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"] in calls
+    assert ["rdma", "link"] in calls and ["ip", "-o", "addr", "show"] in calls
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    usage = next(c for c in calls if c[:5] == ["runuser", "-u", USER, "--", python])
+    assert usage[5] == "-c" and usage[7:] == ["8.0", str(mp), str(mp / "main")]  # 80 % of the timeout, each path
+    assert [c for c in calls if c[:2] == ["systemctl", "show"]] == [
+        ["systemctl", "show", "--no-pager", "kvprov-x-main.service"],
+        ["systemctl", "show", "--no-pager", "kvprov-x-gone.service"]]
+
+
+def test_the_json_files_are_indented_as_docs_bundle_md_shows_them(host):
+    out = collector.collect(host["desired"], True, 4096, 10, "9.9", host["pending"])
+    for name in (bf.IO_PROBE, bf.GPU, bf.MANAGED_DIRS, bf.FILE_MODES, bf.VENVS, bf.DIR_MODES, bf.ENGINE_USER,
+                 bf.STORAGE_DIRS, bf.HEALTH, bf.COLLECT):
+        assert out[name] == json.dumps(json.loads(out[name]), indent=2), name
+    for name in (bf.RESTART_PENDING, bf.DEPLOY_LOCK):
+        assert out[name] == json.dumps(json.loads(out[name])), name
+
+
+def test_an_lmcache_server_and_tls(host, engine_http):
+    d = host["desired"]
+    inst = d["engine"]["instances"][0]
+    inst["units"] = ["kvprov-x-main.service", "kvprov-x-main-server.service"]
+    inst["metrics_port"] = engine_http
+    host["canned"][("systemctl", "is-active", "kvprov-x-main-server.service")] = (0, "", "")
+    out = collector.collect(d, True, 4096, 10, "9.9")
+    health = json.loads(out[bf.HEALTH])
+    assert health["main/server"] == {"unit": "kvprov-x-main-server.service", "running": True, "status": 200,
+                                     "ok": True, "error": None, "url": f"http://127.0.0.1:{engine_http}/metrics"}
+    assert out["metrics/main-server.txt"] == "vllm:prefix_cache_hits_total 5.0\nlmcache_mp_lookup_hit_l2_tokens 7\n"
+    d["engine"]["tls_cert"] = str(host["tmp"] / "no-cert.pem")  # the engine serves https with this certificate
+    health = json.loads(collector.collect(d, True, 4096, 10, "9.9")[bf.HEALTH])
+    assert health["main"]["url"].startswith("https://") and "the deployed certificate" in health["main"]["error"]
+    assert health["main/server"]["url"].startswith("http://")  # LMCache's metrics port: plain HTTP
 
 
 def test_a_configuration_only_capture_of_a_tcp_host(host):
