@@ -155,3 +155,27 @@ def test_the_volume_its_state_figures_and_policy():
     none = ontap._export(SYSTEM, {"volumes": [volume(nas={"path": "/other"})]}, "/kv", [RDMA])
     assert [(r.id, r.status) for r in none] == [("volume./kv.online", "fail")]
     assert str(ontap.ApiError("boom")) == "boom" and ontap.ApiError("x", unreachable=True).unreachable
+
+
+def test_the_management_address_and_what_is_asked_of_the_cluster(monkeypatch):
+    import base64
+    import dataclasses
+
+    assert [ontap._host(a) for a in ("10.0.0.5", "fd00::5", "[fd00::5]", "ontap1.example.com")] == [
+        "10.0.0.5", "[fd00::5]", "[fd00::5]", "ontap1.example.com"]
+    v6 = ontap.Api(dataclasses.replace(SYSTEM, address="fd00::5", api_port=8443), Credentials("u", "p:w"))
+    assert v6.base == "https://[fd00::5]:8443"
+    assert v6.headers == {"Authorization": "Basic " + base64.b64encode(b"u:p:w").decode(), "Accept": "application/json"}
+    asked = []
+    monkeypatch.setattr(ontap.credentials, "read", lambda path: Credentials("u", "p"))
+    monkeypatch.setattr(ontap.Api, "records", lambda self, path, query: asked.append((path, query)) or [])
+    assert ontap.fetch(SYSTEM) == {"nfs": [], "interfaces": [], "volumes": [], "policies": []}
+    fields = {path: set(q["fields"].split(",")) for path, q in asked}
+    assert all(q["svm.name"] == "svm1" for _, q in asked)
+    assert fields["/api/network/ip/interfaces"] == {"name", "ip.address", "state", "enabled", "services",
+                                                    "rdma_protocols"}
+    assert fields["/api/storage/volumes"] == {"name", "state", "nas.path", "nas.export_policy.name", "space.size",
+                                              "space.available", "files.maximum", "files.used"}
+    assert fields["/api/protocols/nfs/export-policies"] == {"name", "id", "rules"}
+    assert {"enabled", "state", "protocol.v41_enabled", "protocol.v4_id_domain", "transport.rdma_enabled",
+            "protocol.v41_features.pnfs_enabled"} <= fields["/api/protocols/nfs/services"]
