@@ -1,0 +1,64 @@
+"""The committed mutation result stays current: every file of the checking code
+(benchmarks/mutation.py's MODULES) has its record in benchmarks/results/mutation-record.json,
+made from exactly its present content (a hash of what is mutated), so a change to checking
+code comes with its mutation result; and the recorded scores meet the bar (95 % overall,
+90 % per target)."""
+
+import importlib.util
+import re
+import sys
+
+from tests.conftest import ROOT
+
+spec = importlib.util.spec_from_file_location("kvprov_mutation", ROOT / "benchmarks/mutation.py")
+mutation = sys.modules.setdefault("kvprov_mutation", importlib.util.module_from_spec(spec))
+spec.loader.exec_module(mutation)  # (its dataclasses look their module up in sys.modules)
+
+REFRESH = (f"run `{mutation.REFRESH}` (it mutates only those files) and commit "
+           f"benchmarks/results/mutation-record.json and benchmarks/results/mutation.txt with the change")
+
+
+def test_every_target_file_matches_its_recorded_hash():
+    record = mutation.read_record()["files"]
+    targets = mutation.target_files(ROOT, mutation.MODULES)
+    stale = [f for f in targets if record.get(f, {}).get("sha256") != mutation.content_hash(ROOT, f)]
+    assert not stale, (f"checking code changed since its mutation result was recorded: {', '.join(stale)}; "
+                       + REFRESH)
+    gone = sorted(set(record) - set(targets))
+    assert not gone, f"recorded files that are no longer targets: {', '.join(gone)}; " + REFRESH
+
+
+def test_the_recorded_scores_meet_the_bar_and_the_summary_says_them():
+    record = mutation.read_record()
+    scores = mutation.scores(record)
+    assert set(scores) == set(mutation.MODULES) | {"overall"}
+    low = {t: s["score"] for t, s in scores.items() if t != "overall" and s["score"] < 90.0}
+    assert not low, f"targets under 90 % killed: {low} (see benchmarks/results/mutation.txt for the survivors)"
+    assert scores["overall"]["score"] >= 95.0, scores["overall"]
+    summary = (ROOT / "benchmarks/results/mutation.txt").read_text()
+    for target, s in scores.items():
+        assert re.search(rf"^  {re.escape(target)} +{s['killed']} / +{s['scored']} +{s['score']:.1f} %", summary,
+                         re.M), f"benchmarks/results/mutation.txt does not say {target}'s score; " + REFRESH
+
+
+def test_the_hash_covers_what_is_mutated(tmp_path):
+    """A whole file, or for ONLY files the named functions alone: an edit elsewhere in
+    loadtest.py (not checking code) needs no new mutation run."""
+    (tmp_path / "kvprov").mkdir()
+    text = "X = 1\n\n\ndef measure_point(a):\n    return a\n\n\ndef other():\n    return 2\n"
+    (tmp_path / "kvprov/loadtest.py").write_text(text)
+    only = dict(mutation.ONLY)
+    try:
+        mutation.ONLY["kvprov/loadtest.py"] = ("measure_point",)
+        before = mutation.content_hash(tmp_path, "kvprov/loadtest.py")
+        (tmp_path / "kvprov/loadtest.py").write_text(text.replace("return 2", "return 3").replace("X = 1", "X = 2"))
+        assert mutation.content_hash(tmp_path, "kvprov/loadtest.py") == before
+        (tmp_path / "kvprov/loadtest.py").write_text(text.replace("return a", "return -a"))
+        assert mutation.content_hash(tmp_path, "kvprov/loadtest.py") != before
+    finally:
+        mutation.ONLY.clear()
+        mutation.ONLY.update(only)
+    (tmp_path / "kvprov/lock.py").write_text("A = 1\n")
+    h = mutation.content_hash(tmp_path, "kvprov/lock.py")
+    (tmp_path / "kvprov/lock.py").write_text("A = 2\n")
+    assert mutation.content_hash(tmp_path, "kvprov/lock.py") != h
