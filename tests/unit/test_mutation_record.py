@@ -22,7 +22,8 @@ def test_every_target_file_matches_its_recorded_hash():
     record = mutation.read_record()["files"]
     targets = mutation.target_files(ROOT, mutation.MODULES)
     stale = [f for f in targets if record.get(f, {}).get("sha256") != mutation.content_hash(ROOT, f)]
-    assert not stale, (f"checking code changed since its mutation result was recorded: {', '.join(stale)}; "
+    assert not stale, (f"checking code without a mutation result for its present content (changed since, or never run): "
+                       f"{', '.join(stale)}; "
                        + REFRESH)
     gone = sorted(set(record) - set(targets))
     assert not gone, f"recorded files that are no longer targets: {', '.join(gone)}; " + REFRESH
