@@ -20,7 +20,7 @@ mutated copy instead; anything else that goes wrong while planting is an error.
 The record (benchmarks/results/mutation-record.json, committed) keeps, per target file, the
 hash of what was mutated, its figures and its survivors; every run updates the files it ran
 and rewrites benchmarks/results/mutation.txt from the whole record. `--stale` runs only the
-files whose hash no longer matches (tests/unit/test_mutation_record.py fails until then).
+files whose hash no longer matches (benchmarks/test_mutation_record.py fails until then).
 
 Everything runs on private copies of the checkout in a temporary directory, one per job:
 the checkout itself is never written to, even if the run is interrupted.
@@ -69,7 +69,7 @@ EQUIVALENT = ROOT / "benchmarks/mutation-equivalent.txt"
 RESULTS = ROOT / "benchmarks/results"
 # The committed record: per target file, the hash of what was mutated and that file's figures
 # and survivors. Every run updates the files it ran; --stale runs the files whose hash changed;
-# tests/unit/test_mutation_record.py fails while a target file differs from its record.
+# benchmarks/test_mutation_record.py fails while a target file differs from its record.
 RECORD = RESULTS / "mutation-record.json"
 SUMMARY = RESULTS / "mutation.txt"
 REFRESH = "python3 benchmarks/mutation.py --stale --jobs 1"

@@ -1,7 +1,12 @@
 """The committed mutation result stays current: every file of the checking code
 (benchmarks/mutation.py's MODULES) has its record in benchmarks/results/mutation-record.json,
 made from exactly its present content (a hash of what is mutated), so a change to checking
-code comes with its mutation result; and the summary says every recorded score."""
+code comes with its mutation result; and the summary says every recorded score.
+
+Not in the unit suite yet (#27 open): six files of kvprov/check and kvprov/inventory.py have no
+run at their present content (a --stale run here ran out of time), so this would fail today.
+Run it with `python3 -m pytest benchmarks/test_mutation_record.py -p no:xdist`; it moves to
+tests/unit once `python3 benchmarks/mutation.py --stale` has run every target."""
 
 import importlib.util
 import re
