@@ -105,23 +105,12 @@ def parse_extra_vars(given: str) -> dict[str, Any]:
 
 
 def _converted(pairs: dict[str, str]) -> dict[str, Any]:
-    """key=value strings whose role default is a boolean or a number, converted as the role's
-    argument spec converts them (`-e kvprov_sglang_tp_size=4`); the others stay strings."""
-    from ansible.module_utils.common.validation import check_type_bool, check_type_float, check_type_int
+    """key=value strings of typed kvprov variables, converted as the role's argument spec
+    converts them (`-e kvprov_sglang_tp_size=4`: 4; check.typed); the others stay strings."""
+    from kvprov import check, paths
 
-    from kvprov import inventory, paths
-
-    defaults = {n: v.value for n, v in inventory.read_role_defaults(paths.roles_dir()).items()}
-    out = dict(pairs)
-    for name, value in pairs.items():
-        like = defaults.get(name)
-        convert = (check_type_bool if isinstance(like, bool) else check_type_int if isinstance(like, int)
-                   else check_type_float if isinstance(like, float) else None)
-        try:
-            out[name] = convert(value) if convert else value
-        except TypeError:  # not convertible: kvprov check says so, as the role would
-            pass
-    return out
+    specs = check.read_specs(paths.roles_dir())
+    return {name: check.typed(value, specs[name]) if name in specs else value for name, value in pairs.items()}
 
 
 def extra_vars() -> dict[str, Any]:

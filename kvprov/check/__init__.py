@@ -46,7 +46,7 @@ from kvprov.check.values import (DEPRECATED, LMCACHE_KEYS, LMCACHE_RENAMED, TIER
                                  fraction, int_range, is_int, is_template, lmcache_config, model_path, mount_point,
                                  networks, nixl_plugins, non_negative, positive_number, read_specs, s3_credentials_file,
                                  s3_secrets_in, s3_secrets_in_environment, secret_file, serial, spec_findings,
-                                 storage_dir_errors, storage_server, type_error, user_name)
+                                 storage_dir_errors, storage_server, type_error, typed, user_name)
 from kvprov.errors import EXIT_OK, EXIT_USAGE, KvprovError
 from kvprov.inventory import Host, Inventory, InventoryError, Origin, Problem, Setting, Var
 
@@ -57,7 +57,7 @@ __all__ = ["Problem", "VarSpec", "check", "check_host_values", "host_from_values
            "is_int", "is_template", "lmcache_config", "model_path", "mount_point", "networks", "nixl_plugins",
            "non_negative", "positive_number", "s3_credentials_file", "s3_secrets_in", "s3_secrets_in_environment",
            "secret_file", "serial", "spec_findings", "storage_credentials_file", "storage_dir_errors", "storage_dirs",
-           "storage_server", "type_error", "user_name"]
+           "storage_server", "type_error", "typed", "user_name"]
 
 # ---------------------------------------------------------------------------- check
 

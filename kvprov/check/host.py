@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from dataclasses import replace
 from typing import Any
 
 from kvprov import sinks
 from kvprov.check.values import (DEPRECATED, NFS_PROFILES, PROFILE_PROTOS, VarSpec, absolute_path, is_int,
-                                 is_template, parse_mount_options, spec_findings)
+                                 is_template, parse_mount_options, spec_findings, typed)
 from kvprov.inventory import Host, Problem
 
 
@@ -25,9 +26,10 @@ class HostView:
         if var is None or is_template(var.value):
             return None
         spec = self.specs.get(DEPRECATED.get(name, name))
-        if spec and spec_findings(var, spec):
-            return None
-        return var.value
+        if spec is None:
+            return var.value
+        var = replace(var, value=typed(var.value, spec))  # as Ansible's argument spec converts it
+        return None if spec_findings(var, spec) else var.value
 
     def location(self, name: str, *path: str | int) -> tuple[str, int]:
         """Where the variable is set, or where the host is declared when it is a role default."""

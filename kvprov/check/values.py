@@ -8,7 +8,7 @@ import ipaddress
 import math
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -103,6 +103,39 @@ def is_template(value: Any) -> bool:
 
 def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def convert(value: Any, type_: str) -> Any:
+    """The value as a role's argument spec converts it before the role runs, by Ansible's own
+    rules (ansible.module_utils.common.validation): a string "262144" or a float 2.0 for an int,
+    "yes"/"off"/"1" for a bool, "0.5" for a float -- what dynamic inventories and -e key=value
+    give. Otherwise the value itself, also where kvprov is stricter than Ansible: a boolean is
+    not a number, a number is not a string (YAML has already lost how it was written: 1.10
+    reads 1.1), a string is not a list, and a float must be finite."""
+    from ansible.module_utils.common.validation import check_type_bool, check_type_float, check_type_int
+
+    if isinstance(value, bool) or is_template(value):
+        return value
+    try:
+        if type_ == "int" and isinstance(value, (str, float)):
+            return check_type_int(value)
+        if type_ == "float" and isinstance(value, str):
+            converted = check_type_float(value)
+            return converted if math.isfinite(converted) else value
+        if type_ == "bool" and isinstance(value, str):
+            return check_type_bool(value)
+    except (TypeError, ValueError, OverflowError):  # not convertible: type_error says why
+        pass
+    return value
+
+
+def typed(value: Any, spec: VarSpec) -> Any:
+    """convert() applied to a value of spec, and to each element of a list of typed elements;
+    the value itself (the same object) when nothing converts."""
+    if spec.type == "list" and spec.elements and isinstance(value, list):
+        items = [convert(v, spec.elements) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else items
+    return convert(value, spec.type)
 
 
 def type_error(value: Any, type_: str, raw: str | None = None) -> str | None:
@@ -878,6 +911,7 @@ def check_setting(setting: Setting, specs: dict[str, VarSpec]) -> list[Problem]:
     findings = control_characters(var.value)
     if is_template(var.value):  # the rest when the roles render it: their sink filters (kvprov/sinks.py)
         return [_problem(setting, f) for f in renamed + findings]
+    var = replace(var, value=typed(var.value, spec))  # "8" for an int: 8, as Ansible converts it
     findings = findings or spec_findings(var, spec)
     if not findings and name in VALUE_RULES:
         findings = VALUE_RULES[name](var.value)

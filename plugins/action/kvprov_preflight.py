@@ -74,12 +74,17 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         result["changed"] = False
-        if self._task.args:
-            result.update(failed=True, msg=f"kvprov_preflight takes no arguments, got {sorted(self._task.args)}")
+        args = dict(self._task.args)
+        rules = args.pop("rules", True)
+        if args or not isinstance(rules, bool):
+            result.update(failed=True, msg=f"kvprov_preflight takes only rules (a boolean), got {self._task.args}")
             return result
         specs, defaults = _rules()
         host = str(task_vars.get("inventory_hostname", "?"))
-        values = self._values(task_vars, specs, defaults)
+        values, result["kvprov_converted"] = self._values(task_vars, specs, defaults)
+        if not rules:
+            result["msg"] = f"host {host}: {len(result['kvprov_converted'])} value(s) converted to their spec type"
+            return result
         problems = check.check_host_values(check.host_from_values(host, values, defaults), specs)
         problems = [replace(p, message=vault.hide(p.message)) for p in problems]  # no decrypted value shown
         errors = [p for p in problems if p.severity == "error"]
@@ -98,10 +103,12 @@ class ActionModule(ActionBase):
             result["msg"] = f"host {host}: its kvprov variables pass kvprov check's per-host rules"
         return result
 
-    def _values(self, task_vars: dict, specs: dict, defaults: dict) -> dict:
+    def _values(self, task_vars: dict, specs: dict, defaults: dict) -> tuple[dict, dict]:
         """The kvprov_* values of the host that a role reads (facts and extra names left out),
-        templates rendered where they can be."""
-        out, context = {}, None
+        templates rendered where they can be, and strings converted to their spec type as
+        Ansible's argument specs convert them ("262144" for an int); and those converted values
+        alone, for the role to set as facts (its tasks would otherwise read the strings)."""
+        out, converted, context = {}, {}, None
         for name, value in task_vars.items():
             spec = specs.get(check.DEPRECATED.get(name, name)) if name.startswith("kvprov_") else None
             if spec is None:
@@ -112,10 +119,13 @@ class ActionModule(ActionBase):
                 if context is None:
                     context = {**{n: v.value for n, v in defaults.items()}, **task_vars}
                 rendered = self._render(value, context)
-                if not check.type_error(rendered, spec.type):
+                if not check.type_error(check.typed(rendered, spec), spec.type):
                     value = rendered
+            typed = check.typed(value, spec)
+            if typed is not value and not check.type_error(typed, spec.type):
+                converted[name] = value = typed
             out[name] = value
-        return out
+        return out, converted
 
     def _render(self, value, context: dict):
         """The value rendered with the host's variables; itself when it cannot be (undefined,

@@ -10,8 +10,15 @@ description:
   - Judges the kvprov_* values Ansible resolved for the host, over every kvprov role's defaults, with the per-host
     rules of C(kvprov check) (the kvprov Python package must be importable by the controller's Python).
   - Fails naming each problem; warnings are returned as warnings.
+  - Returns the values Ansible's argument-spec validation would convert (a string V("262144") for an int,
+    V("yes") for a bool) converted, for a C(ansible.builtin.set_fact) after it (roles/preflight/tasks/typed.yml).
 author: kvprov maintainers (!UNKNOWN)
-options: {}
+options:
+  rules:
+    description: Apply the rules; V(false) only converts (the desired-state computation, which kvprov check has
+      judged already).
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -25,4 +32,9 @@ kvprov_problems:
   returned: always
   type: list
   elements: dict
+kvprov_converted:
+  description: The host's kvprov_* values that were strings (or integral floats) of a typed option, converted as
+    Ansible converts them.
+  returned: always
+  type: dict
 """

@@ -65,7 +65,7 @@ def test_render_one_host_and_refuse_an_unknown_one(tmp_path):
 
 def test_render_refuses_a_bad_inventory_before_anything(tmp_path):
     bad = tmp_path / "bad.yml"
-    bad.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        g1:\n          kvprov_storage_nfs_port: '20049'\n")
+    bad.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        g1:\n          kvprov_storage_nfs_port: '20049x'\n")
     r = kvprov("render", str(bad), "--out", str(tmp_path / "out"))
     assert r.returncode == 2
     assert "kvprov_storage_nfs_port" in r.stderr and "no host was contacted" in r.stderr

@@ -112,15 +112,15 @@ def test_types_ranges_and_certificate_verification(tmp_path, creds):
         kvprov_storage_system: ontap
         kvprov_storage_svm: svm_kv
         kvprov_storage_credentials_file: {creds}
-        kvprov_storage_validate_certs: "no"
+        kvprov_storage_validate_certs: "maybe"
         kvprov_storage_api_port: 70000
         kvprov_storage_min_free_percent: 100
         kvprov_storage_data_addresses: 192.168.50.11
         kvprov_storage_ca_bundle: {tmp_path}/no-such-ca.pem
     """)
     assert lines(inv) == [
-        f"{inv}:14: host cluster1: kvprov_storage_validate_certs: expected a boolean, got the string \"no\" (a "
-        "boolean given as a string): write no without quotes",
+        f"{inv}:14: host cluster1: kvprov_storage_validate_certs: expected a boolean (true or false), got the "
+        'string "maybe"',
         f"{inv}:15: host cluster1: kvprov_storage_api_port: 70000 is out of range: must be 1..65535",
         f"{inv}:16: host cluster1: kvprov_storage_min_free_percent: must be a percentage from 0 to under 100, got 100",
         f"{inv}:17: host cluster1: kvprov_storage_data_addresses: expected a list, got the string "
