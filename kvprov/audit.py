@@ -293,19 +293,6 @@ def capacity_gauges(b: Bundle, d: Desired) -> list[Gauge]:
     return out
 
 
-def gauge_lines(gauges: list[Gauge]) -> list[str]:
-    lines = []
-    for prefix, figures in (("kvprov_storage_volume_", VOLUME_GAUGES), ("kvprov_engine_storage_dir_", DIR_GAUGES)):
-        for key, help_ in figures:
-            name = prefix + key
-            these = [g for g in gauges if g.name == name]
-            if these:
-                lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
-                lines += [name + "{" + ",".join(f'{k}="{_label(v)}"' for k, v in g.labels) + "} " + str(g.value)
-                          for g in these]
-    return lines
-
-
 def unreachable_result(host: str, message: str) -> Result:
     return Result("host.reachable", "host", FAIL, "the host answers over Ansible", show(message, 400),
                   "check ssh to the host (`ansible -i INVENTORY HOST -m ping`), then audit again", host)
@@ -317,34 +304,42 @@ def drifted(results: list[Result]) -> list[str]:
     return sorted({r.host for r in results if r.status == FAIL} - down)
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 def to_prom(results: list[Result], now: float, gauges: list[Gauge] = ()) -> str:
     """Prometheus textfile (node_exporter's textfile collector): drift per host and check, and
-    the capacity figures."""
-    lines = ["# HELP kvprov_audit_drift 1 when kvprov audit found this check drifted on this host, else 0.",
-             "# TYPE kvprov_audit_drift gauge"]
+    the capacity figures; prometheus_client's registry formats and escapes it (cmd_audit writes
+    it atomically without following links: report.write_file)."""
+    import prometheus_client
+
+    registry = prometheus_client.CollectorRegistry()
+
+    def family(name: str, help_: str, labels: tuple[str, ...]) -> prometheus_client.Gauge:
+        return prometheus_client.Gauge(name, help_, labels, registry=registry)
+
     per_host: dict[str, list[Result]] = report.by_host(results)
+    drift = family("kvprov_audit_drift", "1 when kvprov audit found this check drifted on this host, else 0.",
+                   ("host", "check"))
     for host, rs in per_host.items():
         for r in rs:
             if r.status != SKIP and r.id != "host.reachable":
-                lines.append(f'kvprov_audit_drift{{host="{_label(host)}",check="{_label(r.id)}"}} '
-                             f"{int(r.status == FAIL)}")
+                drift.labels(host, r.id).set(int(r.status == FAIL))
     for name, help_, value in (
             ("drift_count", "Number of drifted checks on this host.", lambda rs: sum(r.status == FAIL for r in rs)),
             ("warnings", "Number of audit warnings on this host (e.g. unmanaged files).",
              lambda rs: sum(r.status == WARN for r in rs)),
             ("up", "1 when the host could be audited, else 0.",
              lambda rs: int(not any(r.id == "host.reachable" for r in rs)))):
-        lines += [f"# HELP kvprov_audit_{name} {help_}", f"# TYPE kvprov_audit_{name} gauge"]
-        lines += [f'kvprov_audit_{name}{{host="{_label(h)}"}} {value(rs)}' for h, rs in per_host.items()]
-    lines += ["# HELP kvprov_audit_last_run_timestamp_seconds When kvprov audit ran.",
-              "# TYPE kvprov_audit_last_run_timestamp_seconds gauge",
-              f"kvprov_audit_last_run_timestamp_seconds {now:.0f}"]
-    lines += gauge_lines(list(gauges))
-    return "\n".join(lines) + "\n"
+        per = family(f"kvprov_audit_{name}", help_, ("host",))
+        for h, rs in per_host.items():
+            per.labels(h).set(value(rs))
+    family("kvprov_audit_last_run_timestamp_seconds", "When kvprov audit ran.", ()).set(round(now))
+    for prefix, figures in (("kvprov_storage_volume_", VOLUME_GAUGES), ("kvprov_engine_storage_dir_", DIR_GAUGES)):
+        for key, help_ in figures:
+            these = [g for g in gauges if g.name == prefix + key]
+            if these:  # no family without a sample
+                per = family(prefix + key, help_, tuple(k for k, _ in these[0].labels))
+                for g in these:
+                    per.labels(*(v for _, v in g.labels)).set(g.value)
+    return prometheus_client.generate_latest(registry).decode()
 
 
 def format_before_after(before: list[Result], after: list[Result], hosts: list[str]) -> str:

@@ -57,7 +57,7 @@ def test_clean_lab_audits_clean_and_passes_testinfra(lab, tmp_path):
     assert results[("kvlab-gpu1", f"file:{TOML}")]["status"] == "pass"
     assert results[("kvlab-c1", "venv:/opt/kvprov/nixl:nixl")]["found"] == "nixl 1.5.1"
     assert not [k for k, v in results.items() if v["status"] == "warn"], "no unmanaged kvprov file on a clean lab"
-    assert 'kvprov_audit_drift_count{host="kvlab-gpu1"} 0' in prom.read_text()
+    assert 'kvprov_audit_drift_count{host="kvlab-gpu1"} 0.0' in prom.read_text()
     t = run_testinfra(lab, tmp_path, HOSTS)
     assert t.returncode == 0, t.stdout[-4000:]
     assert "passed" in t.stdout and "failed" not in t.stdout

@@ -134,13 +134,13 @@ def test_prometheus_textfile_and_exit_codes():
     results = audit.audit(Bundle(files=files), bf.load_desired(Bundle(files=files)))
     results.append(audit.unreachable_result('gpu-"b"', "unreachable: ssh: connect to host timed out"))
     text = audit.to_prom(results, 1764460800)
-    assert f'kvprov_audit_drift{{host="kvlab-gpu1",check="file:{TOML}"}} 1' in text
-    assert 'kvprov_audit_drift{host="kvlab-gpu1",check="mount.options"} 0' in text
-    assert 'kvprov_audit_drift_count{host="kvlab-gpu1"} 1' in text
-    assert 'kvprov_audit_up{host="gpu-\\"b\\""} 0' in text and 'kvprov_audit_up{host="kvlab-gpu1"} 1' in text
-    assert text.endswith("kvprov_audit_last_run_timestamp_seconds 1764460800\n")
+    assert f'kvprov_audit_drift{{check="file:{TOML}",host="kvlab-gpu1"}} 1.0' in text
+    assert 'kvprov_audit_drift{check="mount.options",host="kvlab-gpu1"} 0.0' in text
+    assert 'kvprov_audit_drift_count{host="kvlab-gpu1"} 1.0' in text
+    assert 'kvprov_audit_up{host="gpu-\\"b\\""} 0.0' in text and 'kvprov_audit_up{host="kvlab-gpu1"} 1.0' in text
+    assert "kvprov_audit_last_run_timestamp_seconds 1.7644608e+09\n" in text
     for line in text.splitlines():  # every sample line is NAME{LABELS} VALUE
-        assert line.startswith("#") or re.fullmatch(r'kvprov_audit_\w+(\{.*\})? \d+', line), line
+        assert line.startswith("#") or re.fullmatch(r'kvprov_audit_\w+(\{.*\})? [\d.e+]+', line), line
     assert audit.drifted(results) == ["kvlab-gpu1"]
     assert audit._exit_code(results) == 3
     assert audit._exit_code(results[:-1]) == 1

@@ -50,7 +50,7 @@ def test_the_report_files_and_the_table_of_drift(tmp_path, capsys):
                               verbose=False)
     audit._outputs(args, results, gauges)
     prom = tmp_path / "audit.prom"
-    assert re.sub(r"_seconds \d+\n", "_seconds 0\n", prom.read_text()) == audit.to_prom(results, 0, gauges)
+    assert re.sub(r"_seconds [\d.e+]+\n", "_seconds 0.0\n", prom.read_text()) == audit.to_prom(results, 0, gauges)
     assert stat.S_IMODE(os.stat(prom).st_mode) == 0o644  # node_exporter reads it
     assert '<testsuites name="kvprov audit" tests="2" failures="1"' in (tmp_path / "audit.xml").read_text()
     table = capsys.readouterr().out

@@ -26,49 +26,50 @@ def test_prometheus_textfile_is_exact():
     assert text == "\n".join([
         "# HELP kvprov_audit_drift 1 when kvprov audit found this check drifted on this host, else 0.",
         "# TYPE kvprov_audit_drift gauge",
-        'kvprov_audit_drift{host="gpu1",check="mount.options"} 1',
-        'kvprov_audit_drift{host="gpu1",check="file:/etc/a"} 0',
-        'kvprov_audit_drift{host="gpu1",check="file:/etc/b"} 0',
-        'kvprov_audit_drift{host="gpu1",check="unit:x"} 1',
-        'kvprov_audit_drift{host="gp\\"u\\\\2",check="mount.options"} 0',
+        'kvprov_audit_drift{check="mount.options",host="gpu1"} 1.0',
+        'kvprov_audit_drift{check="file:/etc/a",host="gpu1"} 0.0',
+        'kvprov_audit_drift{check="file:/etc/b",host="gpu1"} 0.0',
+        'kvprov_audit_drift{check="unit:x",host="gpu1"} 1.0',
+        'kvprov_audit_drift{check="mount.options",host="gp\\"u\\\\2"} 0.0',
         "# HELP kvprov_audit_drift_count Number of drifted checks on this host.",
         "# TYPE kvprov_audit_drift_count gauge",
-        'kvprov_audit_drift_count{host="gpu1"} 2',
-        'kvprov_audit_drift_count{host="gp\\"u\\\\2"} 0',
-        'kvprov_audit_drift_count{host="gpu3"} 1',
+        'kvprov_audit_drift_count{host="gpu1"} 2.0',
+        'kvprov_audit_drift_count{host="gp\\"u\\\\2"} 0.0',
+        'kvprov_audit_drift_count{host="gpu3"} 1.0',
         "# HELP kvprov_audit_warnings Number of audit warnings on this host (e.g. unmanaged files).",
         "# TYPE kvprov_audit_warnings gauge",
-        'kvprov_audit_warnings{host="gpu1"} 1',
-        'kvprov_audit_warnings{host="gp\\"u\\\\2"} 0',
-        'kvprov_audit_warnings{host="gpu3"} 0',
+        'kvprov_audit_warnings{host="gpu1"} 1.0',
+        'kvprov_audit_warnings{host="gp\\"u\\\\2"} 0.0',
+        'kvprov_audit_warnings{host="gpu3"} 0.0',
         "# HELP kvprov_audit_up 1 when the host could be audited, else 0.",
         "# TYPE kvprov_audit_up gauge",
-        'kvprov_audit_up{host="gpu1"} 1',
-        'kvprov_audit_up{host="gp\\"u\\\\2"} 1',
-        'kvprov_audit_up{host="gpu3"} 0',
+        'kvprov_audit_up{host="gpu1"} 1.0',
+        'kvprov_audit_up{host="gp\\"u\\\\2"} 1.0',
+        'kvprov_audit_up{host="gpu3"} 0.0',
         "# HELP kvprov_audit_last_run_timestamp_seconds When kvprov audit ran.",
         "# TYPE kvprov_audit_last_run_timestamp_seconds gauge",
-        "kvprov_audit_last_run_timestamp_seconds 1700000000",
+        "kvprov_audit_last_run_timestamp_seconds 1.7e+09",
         "# HELP kvprov_storage_volume_used_bytes The KV volume's space in use, bytes.",
         "# TYPE kvprov_storage_volume_used_bytes gauge",
-        'kvprov_storage_volume_used_bytes{host="gpu1",mount_point="/mnt/kv"} 42',
+        'kvprov_storage_volume_used_bytes{host="gpu1",mount_point="/mnt/kv"} 42.0',
         "# HELP kvprov_engine_storage_dir_files Files in an engine instance's KV directory.",
         "# TYPE kvprov_engine_storage_dir_files gauge",
-        'kvprov_engine_storage_dir_files{host="gpu1",instance="main",path="/mnt/kv/a\\nb"} 7',
+        'kvprov_engine_storage_dir_files{host="gpu1",instance="main",path="/mnt/kv/a\\nb"} 7.0',
     ]) + "\n"
 
 
-def test_every_gauge_name_has_its_help_line():
+def test_every_gauge_name_has_its_help_line_and_no_family_is_empty():
     names = [f"kvprov_storage_volume_{k}" for k, _ in audit.VOLUME_GAUGES] + \
             [f"kvprov_engine_storage_dir_{k}" for k, _ in audit.DIR_GAUGES]
     assert names == ["kvprov_storage_volume_size_bytes", "kvprov_storage_volume_used_bytes",
                      "kvprov_storage_volume_inodes", "kvprov_storage_volume_inodes_used",
                      "kvprov_engine_storage_dir_bytes", "kvprov_engine_storage_dir_files",
                      "kvprov_engine_storage_dir_complete"]
-    lines = audit.gauge_lines([Gauge(n, (("host", "h"),), i) for i, n in enumerate(names)])
-    assert [line for line in lines if not line.startswith("#")] == [f'{n}{{host="h"}} {i}' for i, n in enumerate(names)]
-    assert sum(line.startswith("# TYPE ") for line in lines) == len(names)
-    assert audit.gauge_lines([]) == []
+    lines = audit.to_prom([], 0, [Gauge(n, (("host", "h"),), i) for i, n in enumerate(names)]).splitlines()
+    assert [line for line in lines if line.startswith("kvprov_st") or line.startswith("kvprov_en")] == [
+        f'{n}{{host="h"}} {i}.0' for i, n in enumerate(names)]
+    assert sum(line.startswith("# TYPE kvprov_st") or line.startswith("# TYPE kvprov_en") for line in lines) == len(names)
+    assert not any("kvprov_storage" in line or "kvprov_engine" in line for line in audit.to_prom([], 0).splitlines())
 
 
 def test_drifted_hosts_are_the_reachable_ones_with_a_failure():

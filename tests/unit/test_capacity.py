@@ -120,12 +120,17 @@ def test_the_audit_exports_the_figures_as_gauges(tmp_path):
     b = bf.Bundle(bundle_with(tmp_path, VOLUME, {**DIRECTORY, "complete": False}))
     gauges = audit.capacity_gauges(b, bf.load_desired(b))
     text = audit.to_prom([], 1764460800, gauges)
-    assert f'kvprov_storage_volume_used_bytes{{host="kvlab-gpu1",mount_point="/mnt/kvcache"}} {40 * GIB}' in text
-    assert 'kvprov_storage_volume_inodes_used{host="kvlab-gpu1",mount_point="/mnt/kvcache"} 100' in text
-    labels = f'host="kvlab-gpu1",instance="main",path="{DIR}"'
-    assert f"kvprov_engine_storage_dir_bytes{{{labels}}} {3 * GIB}" in text
-    assert f"kvprov_engine_storage_dir_files{{{labels}}} 1234" in text
-    assert f"kvprov_engine_storage_dir_complete{{{labels}}} 0" in text
+    # as Prometheus reads it (large values come as Go floats: 4.294967296e+10)
+    from prometheus_client.parser import text_string_to_metric_families
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    volume = (("host", "kvlab-gpu1"), ("mount_point", "/mnt/kvcache"))
+    assert samples[("kvprov_storage_volume_used_bytes", volume)] == 40 * GIB
+    assert samples[("kvprov_storage_volume_inodes_used", volume)] == 100
+    labels = (("host", "kvlab-gpu1"), ("instance", "main"), ("path", DIR))
+    assert samples[("kvprov_engine_storage_dir_bytes", labels)] == 3 * GIB
+    assert samples[("kvprov_engine_storage_dir_files", labels)] == 1234
+    assert samples[("kvprov_engine_storage_dir_complete", labels)] == 0
     assert "# TYPE kvprov_engine_storage_dir_bytes gauge" in text
 
 
