@@ -74,7 +74,9 @@ RECORD = RESULTS / "mutation-record.json"
 SUMMARY = RESULTS / "mutation.txt"
 REFRESH = "python3 benchmarks/mutation.py --stale --jobs 1"
 # The unit test files that may run against each module's mutants (fnmatch patterns under
-# tests/unit); of these, each mutant runs only the tests that execute its line.
+# tests/unit); of these, each mutant runs only the tests that execute its line. A test file
+# that exercises a module but is not listed here never runs against its mutants (until #27,
+# test_host_tiers.py was missing for kvprov/check: tiers.py's mutants looked unkilled).
 TESTS_FOR = {
     "kvprov/mountstats.py": ["test_mountstats*.py", "test_validate_*.py", "test_audit*.py", "test_testinfra_checks.py"],
     "kvprov/validate/": ["test_validate_*.py", "test_audit*.py", "test_mount_state*.py", "test_mountstats*.py",
@@ -82,22 +84,26 @@ TESTS_FOR = {
                          "test_checks_*.py", "test_parsers*.py"],
     "kvprov/audit.py": ["test_audit*.py", "test_validate_*.py"],
     "kvprov/check": ["test_check*.py", "test_inventory*.py", "test_preflight.py", "test_storage_check_rules.py",
-                        "test_secrets.py", "test_engine_configs.py"],
+                     "test_secrets.py", "test_engine_configs.py", "test_host_tiers.py", "test_lmcache_tiers.py",
+                     "test_ansible_cli.py", "test_evict_units.py", "test_namespace.py"],
     "kvprov/inventory.py": ["test_inventory*.py", "test_limit_file.py", "test_check*.py", "test_preflight.py",
-                            "test_storage_check_rules.py", "test_secrets.py", "test_engine_configs.py"],
+                            "test_storage_check_rules.py", "test_secrets.py", "test_engine_configs.py",
+                            "test_host_tiers.py", "test_lab_inventory.py"],
     "plugins/modules/kvprov_mount_state.py": ["test_mount_state*.py", "test_validate_*.py",
                                               "test_audit*.py", "test_testinfra_checks.py",
                                               "test_parsers*.py", "test_checks_*.py"],
     "kvprov/storage/": ["test_storage*.py", "test_security_review2_ontap.py", "test_capacity.py", "test_check.py",
-                        "test_check_rules.py", "test_preflight.py", "test_secrets.py", "test_audit_gauges.py"],
+                        "test_check_rules.py", "test_preflight.py", "test_secrets.py", "test_audit_gauges.py",
+                        "test_lab_inventory.py"],
     "kvprov/redact.py": ["test_redact.py", "test_audit*.py", "test_collect*.py", "test_sglang_log_redact.py",
                          "test_security_review2_*.py", "test_validate_*.py", "test_checks_*.py"],
     "kvprov/bench.py": ["test_bench*.py", "test_validate_cli_live.py", "test_secrets.py"],
-    "kvprov/lock.py": ["test_lock*.py", "test_inventory_sources.py"],
+    "kvprov/lock.py": ["test_lock*.py", "test_inventory_sources.py", "test_collection.py"],
     "plugins/modules/kvprov_collect.py": ["test_collect*.py", "test_security_review2_collect.py", "test_redact.py",
                                           "test_audit*.py", "test_capacity.py", "test_validate_*.py", "test_bundle*.py",
-                                          "test_checks_*.py"],
-    "kvprov/loadtest.py": ["test_loadtest*.py", "test_sglang_metrics.py", "test_security_review2_loadtest.py"],
+                                          "test_checks_*.py", "test_engine_tls.py"],
+    "kvprov/loadtest.py": ["test_loadtest*.py", "test_sglang_metrics.py", "test_security_review2_loadtest.py",
+                           "test_engine_tls.py"],
 }
 # Functions that only run against live hosts (Ansible, systemctl, a real /proc/self/mountinfo):
 # the lab tests exercise them, the unit suite cannot, so they are not mutated (listed in the
@@ -644,19 +650,26 @@ def worker(copy: Path, files: list[str], tests: list[str]) -> None:
                 return 1
         return 0
 
-    def control(items: dict, modules: dict) -> dict:
-        """Every test a mutant may run, on the unmutated code, through the same fork as a mutant's."""
-        t = time.monotonic()
+    def fork(body) -> int:
+        """A child in its own process group (a timeout kills it with whatever it started) that
+        exits with body()'s code; an exception in body is the harness's failure, not a test's:
+        exit 8, with it in the note. Returns the child's pid."""
         note.unlink(missing_ok=True)
         pid = os.fork()
         if pid == 0:
             os.setpgid(0, 0)
             try:
-                rc = child({"control": True, "tests": list(items)}, items, modules, None)
+                rc = body()
             except BaseException as e:  # noqa: B036
-                note.write_text(f"{type(e).__name__}: {e}")
+                note.write_text(f"{type(e).__name__}: {e}"[:200])
                 rc = 8
             os._exit(rc)
+        return pid
+
+    def control(items: dict, modules: dict) -> dict:
+        """Every test a mutant may run, on the unmutated code, through the same fork as a mutant's."""
+        t = time.monotonic()
+        pid = fork(lambda: child({"control": True, "tests": list(items)}, items, modules, None))
         rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         return {"rc": rc, "tests": len(items), "seconds": round(time.monotonic() - t, 1),
                 "note": note.read_text() if note.exists() else ""}
@@ -679,20 +692,15 @@ def worker(copy: Path, files: list[str], tests: list[str]) -> None:
                 original = path.read_text()
                 path.write_text(job["source"])
                 t = time.monotonic()
-                note.unlink(missing_ok=True)
-                pid = os.fork()
-                if pid == 0:
-                    os.setpgid(0, 0)
+
+                def plant_and_run(job=job) -> int:
                     try:
                         code = compile(job["source"], job["path"], "exec")
                     except SyntaxError:
-                        os._exit(7)
-                    try:
-                        rc = child(job, items, modules, code)
-                    except BaseException as e:  # noqa: B036 -- the harness failed, not a test: no kill
-                        note.write_text(f"{type(e).__name__}: {e}"[:200])
-                        rc = 8
-                    os._exit(rc)
+                        return 7
+                    return child(job, items, modules, code)
+
+                pid = fork(plant_and_run)
                 status = "timeout"
                 deadline = t + job["timeout"]
                 while True:
@@ -946,6 +954,9 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
                               if str(p.relative_to(copies[0])) != rel)
         planted = module_level(copies[0], rel, elsewhere)
         own_stem = Path(rel).stem.removeprefix("kvprov_")
+        # a test of the module's own test files may read a constant only (the import that runs
+        # the assignment is not traced to any test): every module-level mutant runs them too
+        own_tests = {t for t in durations if usable(t) and own_stem in t.split("::")[0].rsplit("/", 1)[-1]}
         for m in (m for m in mutants if m.path == rel):
             if m.id in equivalent:
                 m.status = "equivalent"
@@ -956,12 +967,9 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
                     if m.scope == "<module>" and m.line in planted:
                         ranges, m.again = planted[m.line]
                         chosen = set().union(*(by_line.get(key, {}).get(ln, set())
-                                               for a, b in ranges for ln in range(a, b + 1)))
-                    elif m.scope == "<module>":  # run at import: every test that runs the module, and
-                        # every test of its own test files (a test may read a constant only: its import is
-                        # not traced to any test)
-                        chosen = set().union(*by_line.get(key, {}).values()) | {
-                            t for t in durations if usable(t) and own_stem in t.split("::")[0].rsplit("/", 1)[-1]}
+                                               for a, b in ranges for ln in range(a, b + 1))) | own_tests
+                    elif m.scope == "<module>":  # run at import: every test that runs the module
+                        chosen = set().union(*by_line.get(key, {}).values()) | own_tests
                     else:
                         first, last = stmt.get(m.line, (m.line, m.line))
                         chosen = set().union(*(by_line.get(key, {}).get(ln, set()) for ln in range(first, last + 1)))
