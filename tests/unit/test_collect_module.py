@@ -300,3 +300,284 @@ def test_a_page_is_read_up_to_4_mib_and_decoded_whatever_its_bytes(engine_http, 
     assert collector.http_get(f"http://127.0.0.1:{engine_http}/missing")[:2] == (404, "")
     status, body, error = collector.http_get("http://127.0.0.1:1/x", timeout=2)  # nothing listens there
     assert (status, body) == (None, "") and "refused" in error
+
+
+# ---------------------------------------------------------------------------- what each step is given and edges
+
+class Seen:
+    """collector.run and collector.read wrapped: each command's timeout and each file's read
+    limit recorded; canned answers by the command's script (IO_PROBE, ...) or the file's path."""
+
+    def __init__(self, monkeypatch, files=None, scripts=None, runuser=None):
+        self.runs, self.reads = [], []
+        self.files, self.scripts, self.runuser = files or {}, scripts or {}, runuser
+        run, read = collector.run, collector.read
+
+        def fake_run(cmd, timeout, stdin=None):
+            self.runs.append((cmd, timeout))
+            if cmd[0] == "runuser" and self.runuser and collector.USAGE_PROBE in cmd:
+                return self.runuser
+            for script, answer in self.scripts.items():
+                if script in cmd:
+                    return answer
+            return run(cmd, timeout, stdin)
+
+        def fake_read(path, limit=collector.MAX_FILE):
+            self.reads.append((path, limit))
+            if path in self.files:
+                return self.files[path][:limit]
+            return read(path, limit)
+
+        monkeypatch.setattr(collector, "run", fake_run)
+        monkeypatch.setattr(collector, "read", fake_read)
+
+    def timeout(self, first):
+        return [t for cmd, t in self.runs if cmd[:len(first)] == first]
+
+
+def test_the_time_each_command_gets_and_how_much_of_each_file_is_read(host, monkeypatch):
+    seen = Seen(monkeypatch, files={"/proc/modules": "rpcrdma 409600 0 - Live 0x0\n"})
+    out = collector.collect(host["desired"], True, 4096, 7, "9.9")
+    assert out[bf.MODULES] == "rpcrdma 409600 0 - Live 0x0\n"
+    assert "proc/modules" not in json.loads(out[bf.COLLECT])["errors"]
+    limits = dict(seen.reads)
+    assert (limits["/proc/self/mountinfo"], limits["/proc/self/mountstats"], limits["/proc/modules"]) == (
+        16 << 20, 16 << 20, 4 << 20)
+    assert limits[str(host["conf"])] == collector.MAX_FILE
+    assert seen.timeout(["rdma", "link"]) == seen.timeout(["ip", "-o", "addr", "show"]) == [10]
+    assert seen.timeout(["systemctl", "show"]) == [15, 15]
+    assert seen.timeout(["systemctl", "is-active"]) == [10, 10]
+    assert seen.timeout(["dpkg-query"]) == seen.timeout(["rpm"]) == [30]
+    assert seen.timeout([os.path.join(host["desired"]["nixl"]["venv"], "bin", "python3")]) == [120]
+    assert seen.timeout([sys.executable, "-c", collector.IO_PROBE]) == [7]
+    assert seen.timeout([sys.executable, "-c", collector.STAT_PROBE]) == [7, 7]
+    assert seen.timeout(["runuser", "-u", USER, "--", "test", "-w"]) == [7, 7]
+
+
+def test_a_gpu_host_captures_the_driver_gdscheck_udev_and_cufile(host, monkeypatch):
+    d, mp, tmp = host["desired"], host["mp"], host["tmp"]
+    cufile = tmp / "cufile.json"
+    cufile.write_text('{"logging": {}}')
+    d["gds"]["cufile_path"] = str(cufile)
+    d["files"].append(str(cufile))
+    version = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.90.07  Release Build  "
+               "(dvs-builder@U16-I3-D08-1-2)  Fri May 31 09:30:47 UTC 2024\nGCC version:  gcc version 12.2.0\n")
+    mountinfo = f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n30 22 259:3 / {mp} rw - xfs /dev/nvme0n1 rw\n"
+    present = {"/proc/driver/nvidia/gpus": ["0000:17:00.0", "0000:03:00.0"], "/run/udev/data": [],
+               "/proc/driver/nvidia/version": None, "/usr/local/cuda/gds/tools/gdscheck.py": None,
+               "/run/udev/data/b259:3": None}
+    isdir, exists, listdir = os.path.isdir, os.path.exists, os.listdir
+    monkeypatch.setattr(os.path, "isdir", lambda p: isinstance(present.get(p), list) or isdir(p))
+    monkeypatch.setattr(os.path, "exists", lambda p: p in present or exists(p))
+    monkeypatch.setattr(os, "listdir", lambda p=".": present[p] if p in present else listdir(p))
+    gds = "/usr/local/cuda/gds/tools/gdscheck.py"
+    quick = {collector.IO_PROBE: (0, '{"ok": true}', "", False), collector.NIXL_PROBE: (0, "{}", "", False)}
+    seen = Seen(monkeypatch, files={"/proc/driver/nvidia/version": version, "/proc/self/mountinfo": mountinfo},
+                scripts={gds: (0, "GDS release version: 1.9.1.3\n", "", False), **quick})
+    out = collector.collect(d, True, 4096, 10, "9.9")
+    assert json.loads(out[bf.GPU]) == {"present": True, "driver": "550.90.07",
+                                      "gpus": ["0000:03:00.0", "0000:17:00.0"], "error": None}
+    assert out[bf.GDSCHECK] == "GDS release version: 1.9.1.3\n" and seen.timeout([gds, "-p"]) == [60]
+    assert json.loads(out[bf.UDEV]) == {"mount": str(mp), "fstype": "xfs", "device": "/dev/nvme0n1", "dev": "259:3",
+                                        "record": "/run/udev/data/b259:3", "exists": True, "udev_dir": True}
+    assert out[bf.UDEV] == json.dumps(json.loads(out[bf.UDEV]), indent=2)
+    assert out[bf.CUFILE] == '{"logging": {}}' and out[f"files{cufile}"] == '{"logging": {}}'  # a GPU host's
+    meta = json.loads(out[bf.COLLECT])
+    assert not {"gdscheck.txt", "cufile.json", "udev.json"} & (set(meta["skipped"]) | set(meta["errors"]))
+    # gdscheck that prints nothing: its error, else its exit; no tool installed: `gdscheck` from PATH
+    del present[gds]
+    seen.scripts = {"gdscheck": (3, "", "cuFile: no driver\n", False), **quick}
+    meta = json.loads(collector.collect(d, True, 4096, 10, "9.9")[bf.COLLECT])
+    assert meta["errors"]["gdscheck.txt"] == "cuFile: no driver" and ["gdscheck", "-p"] in [c for c, _ in seen.runs]
+    seen.scripts = {"/usr/local/cuda/gds/tools/gdscheck": (3, "", "", False), **quick}
+    present["/usr/local/cuda/gds/tools/gdscheck"] = None
+    out = collector.collect(d, False, 4096, 10, "9.9")  # no probes: no gdscheck; the device has no udev record
+    assert "gdscheck.txt" not in json.loads(out[bf.COLLECT])["errors"]
+    del present["/run/udev/data/b259:3"]
+    out = collector.collect(d, True, 4096, 10, "9.9")
+    assert json.loads(out[bf.COLLECT])["errors"]["gdscheck.txt"] == "gdscheck exited 3"
+    assert ["/usr/local/cuda/gds/tools/gdscheck", "-p"] in [c for c, _ in seen.runs]
+    assert json.loads(out[bf.UDEV])["exists"] is False
+    cufile.unlink()
+    assert json.loads(collector.collect(d, True, 4096, 10, "9.9")[bf.COLLECT])["errors"]["cufile.json"].startswith(
+        "[Errno 2] No such file or directory")
+
+
+def test_a_hosts_without_a_gpu_skips_its_cufile_among_the_managed_files(host):
+    d = host["desired"]
+    d["files"].append(d["gds"]["cufile_path"])
+    out = collector.collect(d, False, 4096, 10, "9.9")
+    meta = json.loads(out[bf.COLLECT])
+    assert f"files{d['gds']['cufile_path']}" not in set(out) | set(meta["errors"])
+
+
+def test_a_volume_that_hangs_is_not_probed_again(host, monkeypatch):
+    d, mp, tmp = host["desired"], host["mp"], host["tmp"]
+    seen = Seen(monkeypatch, scripts={collector.IO_PROBE: (-9, "", "timed out after 10s", True)})
+    out = collector.collect(d, True, 4096, 10, "9.9")
+    io = json.loads(out[bf.IO_PROBE])
+    assert (io["ok"], io["timed_out"], io["error"]) == (False, True, "timed out after 10s")
+    assert set(io) == {"ok", "seconds", "error", "timed_out", "bytes", "path"}
+    hung = "not run: the KV mount did not answer the I/O probe within 10s (hung mount?)"
+    dirs = json.loads(out[bf.DIR_MODES])
+    assert dirs[str(mp)]["error"] == dirs[str(mp / "main")]["error"] == hung and not dirs[str(mp)]["exists"]
+    assert dirs[f"{tmp}/etc"]["is_dir"] is True and dirs[f"{tmp}/etc"]["error"] is None  # not on the volume
+    sd = json.loads(out[bf.STORAGE_DIRS])
+    assert sd["mount_point"]["usage"] == sd["instances"]["main"]["usage"] == {"error": hung}
+    assert sd["mount_point"]["error"] == hung and sd["mount_point"]["writable_by_service_user"] is False
+    stats = [c for c, _ in seen.runs if collector.STAT_PROBE in c]
+    assert [c[3:] for c in stats] == [[f"{tmp}/etc"]]  # only the directory off the volume is stat'ed
+    assert not [c for c, _ in seen.runs if collector.USAGE_PROBE in c or c[:1] == ["runuser"]]
+
+
+def test_the_io_probe_failing_without_a_word(host, monkeypatch):
+    Seen(monkeypatch, scripts={collector.IO_PROBE: (1, "", "", False)})
+    io = json.loads(collector.collect(host["desired"], True, 4096, 10, "9.9")[bf.IO_PROBE])
+    assert (io["ok"], io["timed_out"], io["error"]) == (False, False, "failed")
+
+
+@pytest.mark.parametrize("answer, error", [
+    ((1, "partial", "x" * 290 + "y" * 20, False), "x" * 280 + "y" * 20),  # its last 300 characters
+    ((2, "", "", False), "exited 2"),
+    ((-9, "", "", True), "timed out after 10s (hung mount?)"),
+])
+def test_a_usage_probe_that_fails(host, monkeypatch, answer, error):
+    Seen(monkeypatch, runuser=answer)
+    sd = json.loads(collector.collect(host["desired"], False, 4096, 10, "9.9")[bf.STORAGE_DIRS])
+    assert sd["mount_point"]["usage"] == sd["instances"]["main"]["usage"] == {"error": error}
+
+
+def test_the_usage_walk_gets_at_least_a_second(host, monkeypatch):
+    seen = Seen(monkeypatch)
+    collector.collect(host["desired"], False, 4096, 1, "9.9")
+    usage = next(c for c, _ in seen.runs if collector.USAGE_PROBE in c)
+    assert usage[usage.index(collector.USAGE_PROBE) + 1] == "1"
+
+
+def test_where_the_kv_mount_is_an_nfs_mount(host, monkeypatch):
+    d, mp, tmp = host["desired"], host["mp"], host["tmp"]
+    d["storage"].update(transport="tcp", profile="nfs_tcp")
+    (tmp / "other").mkdir()
+    d["engine"]["instances"].append({"name": "off", "unit": "kvprov-x-off.service", "units": [], "port": 1,
+                                     "metrics_port": 1, "storage_dir": str(tmp / "other")})
+    mountinfo = f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n30 22 0:45 / {mp} rw - nfs4 10.0.0.1:/kv rw\n"
+    Seen(monkeypatch, files={"/proc/self/mountinfo": mountinfo})
+    sd = json.loads(collector.collect(d, False, 4096, 10, "9.9")[bf.STORAGE_DIRS])
+    assert (sd["mount_point"]["mount"], sd["mount_point"]["fstype"]) == (str(mp), "nfs4")
+    assert sd["mount_point"]["is_on_kv_mount"] is True and sd["instances"]["main"]["is_on_kv_mount"] is True
+    assert sd["instances"]["off"]["is_on_kv_mount"] is False and sd["instances"]["off"]["mount"] == "/"
+
+
+def test_a_units_command_line_only_from_a_live_main_pid(host):
+    canned, d = host["canned"], host["desired"]
+    canned[("systemctl", "show", "kvprov-x-main.service")] = (1, f"MainPID={os.getpid()}\n", "failed\n")
+    out = collector.collect(d, False, 4096, 10, "9.9")
+    assert "systemctl/kvprov-x-main.service.cmdline.json" not in out  # systemctl show failed: not believed
+    canned[("systemctl", "show", "kvprov-x-main.service")] = (0, "MainPID=0\n", "")
+    out = collector.collect(d, False, 4096, 10, "9.9")
+    assert out["systemctl/kvprov-x-main.service.txt"] == "MainPID=0\n"
+    assert "systemctl/kvprov-x-main.service.cmdline.json" not in out
+
+
+def test_a_nixl_probe_that_fails_is_not_believed_whatever_it_printed(host, tmp_path):
+    d = host["desired"]
+    python = tmp_path / "broken/bin/python3"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\necho '{\"import_ok\": true}'\nprintf 'e%.0s' $(seq 1 600) >&2\nexit 1\n")
+    python.chmod(0o755)
+    d["nixl"]["venv"] = str(tmp_path / "broken")
+    nixl = json.loads(collector.collect(d, True, 4096, 10, "9.9")[bf.NIXL_PROBE])
+    assert nixl == {"import_ok": False, "version": None, "plugins": [], "backend": "POSIX", "backend_ok": False,
+                    "error": "e" * 500}
+
+
+def test_the_nixl_probe_runs_its_script_in_the_venvs_python(host):
+    nixl = json.loads(collector.collect(host["desired"], True, 4096, 10, "9.9")[bf.NIXL_PROBE])
+    assert nixl["import_ok"] is False and nixl["error"].startswith("ModuleNotFoundError: No module named 'nixl")
+
+
+def test_the_managed_files_directories_and_modes(tmp_path):
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "a.conf").write_text("a")
+    (etc / "sub").mkdir()
+    (etc / "to-dir").symlink_to(etc / "sub")  # a link to a directory: an entry, not a directory
+    (etc / "link.conf").symlink_to(etc / "a.conf")
+    listed = collector.list_dirs([str(etc / "a.conf"), str(tmp_path / "none/x.conf")])
+    assert listed[str(etc)] == ["a.conf", "link.conf", "to-dir"]
+    assert listed[str(tmp_path / "none")]["error"].startswith("[Errno 2] No such file or directory")
+    modes = collector.file_modes([str(etc / "a.conf"), str(etc / "link.conf"), str(etc / "gone.conf")])
+    assert modes == {str(etc / "a.conf"): {"mode": format((etc / "a.conf").stat().st_mode & 0o7777, "04o"),
+                                           "uid": os.getuid(), "link": False},
+                     str(etc / "link.conf"): {"mode": "0777", "uid": os.getuid(), "link": True}}
+
+
+def test_who_holds_the_deploy_lock(tmp_path):
+    lock = tmp_path / "deploy.lock"
+    assert collector.deploy_lock(str(lock)) is None  # nobody
+    lock.write_text("")
+    assert collector.deploy_lock(str(lock)) == {}
+    lock.write_text(json.dumps({"owner": "me@c:inv", "pid": 7, "note": "n" * 400}))
+    assert collector.deploy_lock(str(lock)) == {"owner": "me@c:inv", "pid": "7", "note": "n" * 300}
+    for text in ("[1, 2]", "not json"):
+        lock.write_text(text)
+        assert collector.deploy_lock(str(lock)) == {}
+    link = tmp_path / "link.lock"
+    link.symlink_to(lock)
+    lock.write_text('{"owner": "x"}')
+    assert collector.deploy_lock(str(link))["error"].startswith("[Errno 40] Too many levels of symbolic links")
+
+
+def test_stat_paths_that_fail(monkeypatch):
+    entry = {"path": "/p", "exists": False, "is_dir": False, "is_link": False, "owner": None, "group": None,
+             "mode": None}
+    for answer, error, to in (((1, "", "boom\n", False), "boom", False), ((1, "", "", False), "exited 1", False),
+                              ((-9, "", "x", True), "stat timed out (hung mount?)", True)):
+        monkeypatch.setattr(collector, "run", lambda cmd, timeout, stdin=None, a=answer: a)
+        assert collector.stat_paths(["/p"], 5) == ({"/p": {**entry, "error": error}}, to)
+    assert collector.stat_paths(["/p"], 5, "hung") == ({"/p": {**entry, "error": "hung"}}, False)
+    assert collector.stat_paths([], 5) == ({}, False)
+
+
+def test_the_restarts_pending(tmp_path):
+    assert collector.list_pending(str(tmp_path / "missing")) == [] and collector.list_pending(None) == []
+    (tmp_path / "f").write_text("")
+    assert collector.list_pending(str(tmp_path / "f"))["error"].startswith("[Errno 20] Not a directory")
+
+
+def test_run_puts_the_child_in_its_own_session_and_reaps_it_when_it_hangs(tmp_path):
+    assert collector.run([sys.executable, "-c", "import os; print(os.getsid(0) == os.getpid())"], 5)[1] == "True\n"
+    pidfile = tmp_path / "pid"
+    code = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(30)"
+    assert collector.run([sys.executable, "-c", code], 0.5)[3] is True
+    with pytest.raises(ProcessLookupError):  # killed and waited for: not even a zombie left
+        os.kill(int(pidfile.read_text()), 0)
+
+
+def test_a_file_is_decoded_whatever_its_bytes(tmp_path):
+    (tmp_path / "f").write_bytes(b"ok \xff")
+    assert collector.read(str(tmp_path / "f")) == "ok \ufffd"
+
+
+def test_collector_helpers_at_more_edges(tmp_path):
+    assert collector.mount_of("/mnt/X/a", "30 22 0:45 / /mnt/X rw - nfs4 s:/kv rw\n")["mount"] == "/mnt/X"
+    assert collector.fstab_lines("s:/b /b nfs4 rw 0 0\n", "/mnt/kv", "x") == "s:/b /b nfs4 rw 0 0\n"
+    assert collector.fstab_lines("s:/kv /mnt/kv nfs4 password=x\n", "/mnt/kv", "") == "s:/kv /mnt/kv nfs4 password=***\n"
+    site = tmp_path / "lib/python3.11/site-packages"
+    for name, meta in (("a.egg-info", "Name: a\nVersion: 1\n"), ("a0-1.dist-info", None),
+                       ("b-1.dist-info", "Name: b\nVersion: 2\n")):
+        (site / name).mkdir(parents=True)
+        if meta:
+            (site / name / "METADATA").write_text(meta)
+    assert collector.venv_versions(str(tmp_path)) == {"b": "2"}
+
+
+def test_the_metrics_page_probed_is_fetched_once(monkeypatch):
+    asked = []
+    monkeypatch.setattr(collector, "run", lambda cmd, timeout, stdin=None: (0, "", "", False))
+    monkeypatch.setattr(collector, "http_get", lambda url, timeout=5, tls=None: asked.append(url) or (
+        200, "lmcache_mp_lookup_hit_l2_tokens 7\nother 1\n", None))
+    h, metrics = collector.probe_service("u", "127.0.0.1", 9, "/metrics")
+    assert asked == ["http://127.0.0.1:9/metrics"] and metrics == "lmcache_mp_lookup_hit_l2_tokens 7\n"
+    collector.probe_service("u", "127.0.0.1", 9, "/health")
+    assert asked[1:] == ["http://127.0.0.1:9/health", "http://127.0.0.1:9/metrics"]

@@ -6,6 +6,7 @@ ansible-playbook --check on local hosts, which reads this machine's /proc/meminf
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from kvprov import check, inventory
+from kvprov.check import tiers
 from tests.conftest import ROOT
 
 SPECS = check.read_specs(inventory.roles_dir())
@@ -173,3 +175,92 @@ def test_the_preflight_reads_the_hosts_memory_and_fails_with_the_arithmetic(tmp_
     assert not results["fits"]["kvprov_problems"] and not results["config-only"]["kvprov_problems"]
     assert {recap[h]["changed"] for h in hosts} == {"0"} and recap["config-only"]["skipped"] == "4"
     assert recap["given"]["skipped"] == "2" and recap["read"]["skipped"] == "0"  # given: nothing to read
+
+
+# ---------------------------------------------------------------------------- the tiers' sizes at their edges
+
+def view(**values):
+    from kvprov.check.host import HostView
+
+    return HostView(check.host_from_values("gpu1", values, DEFAULTS), SPECS)
+
+
+def dram(**values) -> float | None:
+    t = tiers.host_tier(view(**values))
+    return None if t is None else t.bytes
+
+
+def storage(**values) -> tuple | None:
+    t = tiers.storage_tier(view(**values))
+    return None if t is None else t[:2]
+
+
+def test_a_host_tier_needs_a_positive_size_and_tp():
+    sg = {"kvprov_engine": "sglang_hicache", "kvprov_sglang_hicache_size": 10}
+    assert dram(**sg, kvprov_sglang_tp_size=2) == 20 * tiers.GB
+    assert dram(**sg, kvprov_sglang_tp_size=0) is None and dram(**sg, kvprov_sglang_tp_size=-1) is None
+    assert dram(kvprov_engine="sglang_hicache", kvprov_sglang_hicache_size=-1) is None
+    vo = {"kvprov_engine": "vllm_offload"}
+    assert dram(**vo, kvprov_vllm_offload_cpu_bytes_to_use=1) == 1.0
+    assert dram(**vo, kvprov_vllm_offload_cpu_bytes_to_use=0) is None
+    assert dram(**vo, kvprov_vllm_offload_cpu_bytes_to_use=-1) is None
+    assert dram(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l1_size_gb=0.5) == 0.5 * tiers.GIB
+    li = {"kvprov_engine": "lmcache_inproc", "kvprov_lmcache_inproc_max_local_cpu_size": 2.0}
+    assert dram(**li, kvprov_vllm_tensor_parallel_size=2) == 4 * tiers.GIB
+    for tp in (0, -1, "two"):
+        assert dram(**li, kvprov_vllm_tensor_parallel_size=tp) is None
+    assert dram(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_max_local_cpu_size=-1.0) is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tiers.host_tier(view(**vo, kvprov_vllm_offload_cpu_bytes_to_use=1)).bytes = 2.0
+
+
+def test_memory_at_its_edges():
+    one = {"kvprov_engine": "vllm_offload", "kvprov_engine_instances": [{"port": 8000}]}
+    assert tiers.host_memory(view(**one, kvprov_vllm_offload_cpu_bytes_to_use=1 << 20, kvprov_host_memory_mb=1)) == []
+    found = tiers.host_memory(view(**one, kvprov_vllm_offload_cpu_bytes_to_use=(1 << 20) + 1, kvprov_host_memory_mb=1))
+    assert [p.variable for p in found] == ["kvprov_vllm_offload_cpu_bytes_to_use"]
+    assert "x 1 instance(s) (?)" in found[0].message  # an instance without a name
+
+
+def test_an_lmcache_mp_nixl_store_pool_bounds_the_storage_tier_only_when_it_is_whole():
+    mp = {"kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l2_type": "nixl_store", "kvprov_lmcache_mp_l2_size_gb": 1}
+    l2 = ("kvprov_lmcache_mp_l2_size_gb", 1.0 * tiers.GB)
+    pool = "kvprov_lmcache_mp_nixl_pool_size"
+    assert storage(**mp, kvprov_lmcache_mp_nixl_pool_size=1, kvprov_lmcache_mp_nixl_file_size=2 * 10 ** 9) == (
+        pool, 2.0 * tiers.GB)
+    assert storage(**mp, kvprov_lmcache_mp_nixl_pool_size=2 * 10 ** 9, kvprov_lmcache_mp_nixl_file_size=1) == (
+        pool, 2.0 * tiers.GB)
+    assert storage(**mp, kvprov_lmcache_mp_nixl_pool_size=1, kvprov_lmcache_mp_nixl_file_size=10 ** 9) == (
+        pool, 1.0 * tiers.GB)  # exactly the L2 size: the pool holds it
+    assert storage(**mp, kvprov_lmcache_mp_nixl_pool_size=1, kvprov_lmcache_mp_nixl_file_size=10 ** 9 - 1) is None
+    for p, size in ((0, 10 ** 9), (-1, 10 ** 9), (1, 0), (1, -1)):  # no pool known: the L2 size
+        assert storage(**mp, kvprov_lmcache_mp_nixl_pool_size=p, kvprov_lmcache_mp_nixl_file_size=size) == l2
+
+
+def test_lmcache_in_process_storage_tiers_per_worker():
+    disk = {"kvprov_engine": "lmcache_inproc", "kvprov_lmcache_inproc_tier": "local_disk",
+            "kvprov_lmcache_inproc_max_local_disk_size": 10.0}
+    assert storage(**disk, kvprov_vllm_tensor_parallel_size=2) == ("kvprov_lmcache_inproc_max_local_disk_size",
+                                                                   20.0 * tiers.GB)
+    for tp in (0, -2, 1):
+        assert storage(**disk, kvprov_vllm_tensor_parallel_size=tp)[1] == 10.0 * tiers.GB
+    geometry = {"kvprov_lmcache_inproc_chunk_size": 256, "kvprov_bench_model_layers": 36,
+                "kvprov_bench_model_kv_heads": 8, "kvprov_bench_model_head_dim": 128, "kvprov_bench_kv_dtype_bytes": 1}
+    nixl = {"kvprov_engine": "lmcache_inproc", "kvprov_lmcache_inproc_tier": "nixl", **geometry,
+            "kvprov_vllm_tensor_parallel_size": 8}
+    chunk = 256 * 36 * 2 * 1 * 128 * 1  # 8 KV heads over 8 workers: one each
+    assert storage(**nixl, kvprov_lmcache_inproc_nixl_pool_size=1) == ("kvprov_lmcache_inproc_nixl_pool_size",
+                                                                       float(chunk * 8))
+    for p in (0, -1):  # no pool: the eviction bound, if any
+        assert storage(**nixl, kvprov_lmcache_inproc_nixl_pool_size=p) is None
+        assert storage(**nixl, kvprov_lmcache_inproc_nixl_pool_size=p, kvprov_engine_evict_max_bytes=1) == (
+            "kvprov_engine_evict_max_bytes", 1.0)
+    assert storage(**{**nixl, "kvprov_bench_model_layers": -1}, kvprov_lmcache_inproc_nixl_pool_size=64) is None
+    assert storage(kvprov_engine="vllm_offload", kvprov_engine_evict_max_bytes=0) is None
+
+
+def test_a_storage_tier_exactly_as_large_as_its_dram_tier_says_nothing():
+    vo = {"kvprov_engine": "vllm_offload", "kvprov_vllm_offload_cpu_bytes_to_use": 10 ** 9}
+    assert tiers.storage_below_dram(view(**vo, kvprov_engine_evict_max_bytes=10 ** 9)) == []
+    assert [p.severity for p in tiers.storage_below_dram(view(**vo, kvprov_engine_evict_max_bytes=10 ** 9 - 1))] == [
+        "warning"]

@@ -121,3 +121,21 @@ def test_a_points_rates_and_percentiles():
                      "ttft_ms": {"p50": None, "p90": None, "p99": None, "max": None},
                      "latency_ms": {"p50": None, "p90": None, "p99": None, "max": None}}
     assert L.measure_point([], 2.0)["first_error"] is None and L.measure_point([], 2.0)["requests_per_s"] == 0.0
+
+
+def test_a_comment_is_skipped_whatever_it_holds():
+    assert L.parse_prometheus('# x{a="1"} 2\n#{b="2"} 3\n# 4\nm 1\n') == {("m", ()): 1.0}
+
+
+def test_labels_at_their_edges():
+    assert list(L._labels(',a="1"')) == [("a", "1")]  # a comma before the first label
+    assert list(L._labels('="x",a="1"')) == [("", "x"), ("a", "1")]  # a label without a name: the rest kept
+    assert list(L._labels('a="')) == [("a", "")]  # the value cut right after its quote
+    assert list(L._labels('a="x\\"')) == [("a", 'x"')]  # an escaped quote as the last character
+
+
+def test_a_points_figures_are_rounded_to_their_places():
+    samples = [sample(True, 0.1, 1.0, 10, 100), sample(True, 0.3, 2.0, 30, 101), sample(True, 0.2, 1.5, 0, 101)]
+    p = L.measure_point(samples, 6.54321)
+    assert (p["seconds"], p["requests_per_s"], p["output_tokens_per_s"], p["server_prompt_tokens_mean"]) == (
+        6.543, 0.458, 6.113, 100.7)

@@ -64,3 +64,11 @@ def test_owner_of_several_sources_and_the_host_lock_vars(tmp_path):
     assert v["kvprov_lock_owner"] == lock.owner([a]) and v["kvprov_lock_command"] == "kvprov deploy"
     assert len(v["kvprov_run_id"]) == 12 and int(v["kvprov_run_id"], 16) >= 0
     assert lock.host_lock_vars([a], "deploy")["kvprov_run_id"] != v["kvprov_run_id"]
+
+
+def test_the_lock_directory_is_made_with_its_parents(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVPROV_LOCK_DIR", str(tmp_path / "state/kvprov/locks"))  # none of it there yet
+    inv = str(tmp_path / "inv.yml")
+    with lock.inventory_lock(inv, "deploy"):
+        assert lock.lock_path(inv).parent == tmp_path / "state/kvprov/locks"
+        assert (tmp_path / "state/kvprov/locks").stat().st_mode & 0o777 == 0o700

@@ -32,3 +32,31 @@ def test_assign_by_data_addresses_with_one_catch_all_and_orphans():
     assert served == {"ontap1": [a], "nfs1": [c]} and orphans == []
     served, orphans = systems.assign([c], {"nfs1": [], "nfs2": []})  # two catch-alls: no guessing
     assert orphans == [c]
+
+
+@pytest.mark.parametrize("spec", ["*", "<world>", "0.0.0.0/0", "::/0", "0/0", " 0/0 "])
+def test_everyone_covers_even_an_address_that_cannot_be_told(spec):
+    assert access.matches(spec, None) is True and access.matches(spec, "fd00::1") is True
+    assert access.matches(spec, "gpu1.example.com") is True
+
+
+def test_client_specs_at_their_edges():
+    assert access.matches("@gpu_hosts", "gpu1") is None  # a netgroup, whatever the address
+    assert access.matches("10.1.2.3/16", "10.1.9.9") is True  # host bits set: the network it lies in
+    assert access.matches("10.1.2.3/16", "10.2.0.1") is False
+
+
+def test_a_result_of_the_storage_category_and_its_defaults():
+    from kvprov.validate.result import PASS, Result
+
+    assert access.result("nfs1", "x.y", PASS) == Result("x.y", "storage", PASS, "", "", "", "nfs1", "")
+    assert access.result(systems.System("ontap1", "ontap", "a"), "x.y", PASS, "e", "f", "fix", "d") == Result(
+        "x.y", "storage", PASS, "e", "f", "fix", "ontap1", "d")
+
+
+def test_a_volume_of_a_single_inode_is_a_limit():
+    s = systems.System("nfs1", "linux", "a")
+    space, inodes = access.capacity(s, "/kv", 100, 50, 1, 1, "/kv")
+    assert (inodes.status, inodes.found) == ("pass", "/kv: 1 inodes of 1 inodes free (100.0%)")
+    assert access.capacity(s, "/kv", 100, 50, 1, 0, "/kv")[1].status == "fail"
+    assert access.capacity(s, "/kv", 100, 50, 0, 0, "/kv")[1].found == "/kv: no inodes limit reported"

@@ -63,3 +63,41 @@ def test_a_server_no_gpu_node_mounts_from_warns():
     r = cli._clients_result(System("nfs9", "linux", "a"), [])
     assert (r.status, r.found, r.fix) == ("warn", "no GPU node mounts from it", "list the addresses the GPU nodes "
                                           "mount it through in kvprov_storage_data_addresses")
+
+
+def test_every_server_that_could_not_be_read_is_named_in_any_order(inv, monkeypatch):
+    def fake_run(playbook, sources, **kw):
+        return runner.RunResult(2, None, captured={}, failures=[
+            runner.Failure("nfs1", "Read /proc/fs/nfsd/versions", "permission denied"),
+            runner.Failure("nfs2", "Gathering Facts", "ssh: no route", True)])
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    results, unreachable = cli.run(inv)
+    by = {(r.host, r.id): r for r in results}
+    assert by["nfs1", "storage.ssh"].found == "Read /proc/fs/nfsd/versions failed: permission denied"
+    assert by["nfs2", "storage.ssh"].found == "unreachable: ssh: no route"
+    assert unreachable == ["nfs2"]  # a task that failed is no unreachable server
+
+
+def test_an_ontap_system_whose_credentials_cannot_be_used_is_not_unreachable(tmp_path, monkeypatch):
+    from kvprov.storage import credentials, ontap
+
+    creds = tmp_path / "ontap.cred"
+    creds.write_text("username=admin\npassword=pw\n")
+    creds.chmod(0o600)
+    path = tmp_path / "inv.yml"
+    path.write_text(yaml.safe_dump({"all": {"children": {
+        "gpu_nodes": {"hosts": {"gpu1": {"ansible_host": "10.99.1.2", "kvprov_storage_server": "10.99.1.1",
+                                         "kvprov_storage_export": "/kv"}}},
+        "kv_storage": {"hosts": {"ontap1": {"kvprov_storage_system": "ontap", "kvprov_storage_svm": "svm1",
+                                            "kvprov_storage_credentials_file": str(creds),
+                                            "kvprov_storage_data_addresses": ["10.99.1.1"]}}}}}}))
+
+    def fetch(system):
+        raise credentials.CredentialsError(f'"{creds}" has no password= line')  # (changed since the check)
+
+    monkeypatch.setattr(ontap, "fetch", fetch)
+    results, unreachable = cli.run(str(path))
+    assert [(r.host, r.id, r.status, r.found) for r in results] == [
+        ("ontap1", "storage.api", "fail", f'"{creds}" has no password= line')]
+    assert unreachable == []

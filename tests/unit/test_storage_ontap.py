@@ -277,3 +277,24 @@ def test_a_world_readable_credentials_file_stops_before_any_request(tmp_path, cl
     code, results, table = storage_check(tmp_path, good, capsys)
     assert code == 2 and results == {}
     assert "kvprov_storage_credentials_file" in table and "chmod 600" in table and cluster.requests == []
+
+
+def test_the_credentials_are_a_frozen_value_that_never_shows_the_password(tmp_path):
+    import dataclasses
+    import os
+
+    from kvprov.storage import credentials
+
+    c = credentials.parse("username=admin\npassword=s3cret\n", "f")
+    assert repr(c) == "Credentials(username='admin', password='***')" and "s3cret" not in f"{c!r} {[c]}"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.password = "other"
+    if os.geteuid() == 0:  # a file of another user is refused, even to root
+        f = tmp_path / "cred"
+        f.write_text("username=admin\npassword=s3cret\n")
+        f.chmod(0o600)
+        os.chown(f, 1, 1)
+        with pytest.raises(credentials.CredentialsError, match="belongs to uid 1, not to root"):
+            credentials.read(str(f))
+        os.chown(f, 0, 0)
+        assert credentials.read(str(f)) == c
