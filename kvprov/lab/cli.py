@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 from kvprov.errors import EXIT_LAB, EXIT_USAGE, KvprovError
 from kvprov.lab import lifecycle, topology
@@ -16,6 +18,11 @@ def add_parser(sub) -> None:
     p = sub.add_parser("lab", help="the local lab: storage VM, GPU-node VMs, containers",
                        description="Bring up, inspect and remove the local lab (needs root).")
     lab = p.add_subparsers(dest="lab_command", required=True, metavar="ACTION")
+    deps = lab.add_parser("deps", help="install what the lab needs on this Debian 12 controller (as root)",
+                          description="Debian's packages (QEMU, debootstrap, systemd-nspawn, sshfs, fio), the "
+                                      "lab's offline wheelhouses and the engine venvs: what scripts/install-deps "
+                                      "does in a checkout, for kvprov installed from its wheel. A second run is fast.")
+    deps.set_defaults(func=cmd_deps)
     up = lab.add_parser("up", help="build the image (cached) and boot the lab")
     up.add_argument("--clients", type=int, default=1, help="GPU-node VMs (default 1)")
     up.add_argument("--containers", type=int, default=0, help="systemd-nspawn hosts (default 0)")
@@ -33,6 +40,11 @@ def add_parser(sub) -> None:
     co.add_argument("host")
     co.add_argument("-n", type=int, default=40, help="lines (default 40)")
     co.set_defaults(func=cmd_console)
+
+
+def cmd_deps(args) -> int:
+    script = Path(__file__).with_name("install-deps")  # package data: a wheel carries it
+    return subprocess.run(["bash", str(script)], check=False).returncode
 
 
 def cmd_up(args) -> int:

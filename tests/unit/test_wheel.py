@@ -88,9 +88,15 @@ def test_installed_kvprov_is_the_wheels_and_carries_the_collection(installed):
         f for f in set(files) if (ROOT / f).is_file())
 
 
-def test_help(installed):
+def test_help_and_the_lab_setup_it_carries(installed):
+    """`kvprov lab deps` is the README's scripts/install-deps for a wheel install: the same
+    script (CI runs it through scripts/install-deps), shipped as package data."""
     venv, env, tmp, _ = installed
     assert "usage: kvprov" in run([venv / "bin/kvprov", "--help"], cwd=tmp, env=env).stdout
+    assert "install what the lab needs" in run([venv / "bin/kvprov", "lab", "--help"], cwd=tmp, env=env).stdout
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    assert (site / "kvprov/lab/install-deps").read_bytes() == (ROOT / "kvprov/lab/install-deps").read_bytes()
+    assert "kvprov/lab/install-deps" in (ROOT / "scripts/install-deps").read_text()
 
 
 def tree(top: Path) -> dict[str, tuple[int, bytes]]:
