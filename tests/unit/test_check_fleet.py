@@ -219,3 +219,32 @@ def test_require_valid_returns_the_hosts_or_stops_before_any_host_and_check_prin
     assert str(e.value) == (f"{bad}: 1 host(s) checked, 1 error(s), 0 warning(s): fix the errors before deploying; "
                             "no host was contacted")
     assert capsys.readouterr().err.startswith(f"{bad}:6: host gpu1: kvprov_storage_server: ")
+
+
+def test_cmd_check_with_a_limit_reports_only_those_hosts_and_writes_no_json_through_a_link(tmp_path, capsys):
+    import yaml
+
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
+        "gpu1": {**NFS}, "gpu2": {**NFS, "kvprov_engine_prot": 1}}}}}}))
+
+    def args(**kw):
+        return argparse.Namespace(**{"inventory": str(inv), "more_inventory": [], "inventory_required": True,
+                                     "ansible_configured": True, "limit": None, "json": None, **kw})
+
+    assert check.cmd_check(args(json="-")) == EXIT_USAGE
+    every = json.loads(capsys.readouterr().out)
+    assert every["hosts"] == ["gpu1", "gpu2"] and {p["host"] for p in every["problems"]} == {"gpu2"}
+    assert check.cmd_check(args(limit="gpu1", json="-")) == 0
+    only = json.loads(capsys.readouterr().out)
+    assert only == {"ok": True, "hosts": ["gpu1"], "problems": []}
+    out = tmp_path / "out.json"
+    assert check.cmd_check(args(limit="gpu2", json=str(out))) == EXIT_USAGE
+    written = json.loads(out.read_text())
+    assert written["hosts"] == ["gpu2"] and written["problems"] and all(p["host"] == "gpu2" for p in written["problems"])
+    assert "gpu2" in capsys.readouterr().out  # the lines and the summary too
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(KvprovError, match=r"^--json \S+ is a symbolic link"):
+        check.cmd_check(args(json=str(link)))
+    assert not (tmp_path / "elsewhere.json").exists()
