@@ -43,6 +43,7 @@ import http.client
 import ipaddress
 import json
 import random
+import re
 import ssl
 import sys
 import threading
@@ -613,6 +614,32 @@ def probe(ep: Endpoint, timeout: float) -> None:
         ep.max_model_len, ep.max_model_len_from = limit, "/v1/models"
 
 
+STARTING = re.compile(r"not reachable: |.*: HTTP 50[23]\b")  # no answer yet, or "starting" (engine loading)
+
+
+def wait_ready(ep: Endpoint, timeout: float, ready_timeout: float, why: str = "") -> None:
+    """probe() until the engine answers: while it refuses connections or says 502/503 (a unit
+    just started loads its model for a while), for at most ready_timeout seconds, saying so
+    every 30 s; any other answer (a wrong key, not an OpenAI server) fails at once.
+    EndpointError with the last reason when it never answers."""
+    deadline = time.monotonic() + ready_timeout
+    said = 0.0
+    while True:
+        try:
+            probe(ep, timeout)
+            return
+        except EndpointError as e:
+            left = deadline - time.monotonic()
+            if left <= 0 or not STARTING.match(str(e)):
+                if left <= 0 and ready_timeout > 0:
+                    raise EndpointError(f"not answering after {ready_timeout:g} s{why}: {e}") from None
+                raise
+            if time.monotonic() - said >= 30:
+                _progress(f"{ep.name}: waiting for the engine to answer{why} ({e}; up to {left:.0f} s more)")
+                said = time.monotonic()
+        time.sleep(READY_POLL_S)
+
+
 def choose_api(ep: Endpoint, timeout: float, want: str) -> str:
     """chat when the server answers a one-token chat request (a model without a chat template
     refuses it), else completions. `want` chat/completions skips the probe."""
@@ -1058,6 +1085,9 @@ def add_parser(sub) -> None:
     p.add_argument("--duration", type=_positive(float), default=600, metavar="S",
                    help="stop after S seconds whatever is left (600)")
     p.add_argument("--request-timeout", type=_positive(float), default=300, metavar="S", help="per request (300)")
+    p.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT, metavar="S",
+                   help=f"wait this long for an engine that is still starting (refuses connections or answers "
+                        f"503), e.g. right after a deploy ({READY_TIMEOUT:g}; 0: not at all)")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="let answers end early (for servers that refuse vLLM's and SGLang's ignore_eos; output "
                         "tokens/s then depends on where the model stops)")
@@ -1095,19 +1125,13 @@ def restart_engine(sources: list[str], ep: Endpoint, timeout: float, probe_timeo
                             extravars={"kvprov_restart_units": ep.units, **lock.host_lock_vars(sources, command)})
     if result.failures or result.rc != 0:
         raise EndpointError("; ".join(f.message for f in result.failures) or f"ansible-playbook exited {result.rc}")
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            probe(ep, probe_timeout)
-            return
-        except EndpointError as e:
-            if time.monotonic() > deadline:
-                raise EndpointError(f"not answering {timeout:g} s after the restart: {e}") from None
-        time.sleep(2)
+    wait_ready(ep, probe_timeout, timeout, " after the restart")
 
 
 # ---------------------------------------------------------------------------- validate --engine-roundtrip
 
+READY_POLL_S = 2.0
+READY_TIMEOUT = 300.0  # a CPU vLLM on the lab answers ~1 min after its unit starts; a GPU model load can take minutes
 ROUNDTRIP = Settings(prompt_tokens=[1024], turns=1, users=1, output_tokens=4, duration=1800, replay=True,
                      seed="kvprov-roundtrip")  # 1024 tokens: several LMCache chunks / vLLM blocks
 
@@ -1189,7 +1213,7 @@ def _roundtrip(sources: list[str], eps: list[Endpoint]) -> list:
         points: list[dict] = []
         if not ep.problem:
             try:
-                probe(ep, 30)
+                wait_ready(ep, 30, READY_TIMEOUT)
                 ep.api = choose_api(ep, 30, ROUNDTRIP.api)
             except EndpointError as e:
                 ep.problem = str(e)
@@ -1265,7 +1289,7 @@ def _loadtest(args, tunnels: ExitStack) -> int:
     for ep in endpoints:  # models and context, before any inference request
         if not ep.problem:
             try:
-                probe(ep, probe_timeout)
+                wait_ready(ep, probe_timeout, args.ready_timeout)
             except EndpointError as e:
                 ep.problem = str(e)
     counters = {ep.name: token_counter(ep, probe_timeout) for ep in endpoints}

@@ -1,0 +1,92 @@
+"""loadtest waits for an engine that is still starting (right after a deploy a CPU vLLM answers
+about a minute after its unit starts): while the port refuses connections or the server says
+503, up to --ready-timeout; any other answer fails at once. A real HTTP server on loopback."""
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from kvprov import loadtest as lt
+
+MODELS = json.dumps({"data": [{"id": "tiny", "max_model_len": 4096}]}).encode()
+
+
+def serve(statuses: list[int]):
+    """A server answering GET /v1/models with statuses[i] for its i-th request, then 200."""
+    seen = []
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.path)
+            status = statuses[len(seen) - 1] if len(seen) <= len(statuses) else 200
+            body = MODELS if status == 200 else b'{"error": "loading"}'
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, seen
+
+
+@pytest.fixture(autouse=True)
+def fast(monkeypatch):
+    monkeypatch.setattr(lt, "READY_POLL_S", 0.05)
+    lines = []
+    monkeypatch.setattr(lt, "_progress", lines.append)
+    return lines
+
+
+def test_a_starting_engine_is_waited_for_and_said(fast):
+    server, seen = serve([503, 503])
+    ep = lt.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}")
+    lt.wait_ready(ep, 5, 30)
+    server.shutdown()
+    assert ep.model == "tiny" and ep.max_model_len == 4096 and len(seen) == 3
+    assert fast and fast[0].startswith("h/main: waiting for the engine to answer (GET /v1/models: HTTP 503")
+
+
+def test_a_port_nothing_listens_on_yet_is_waited_for_until_it_answers():
+    with socket.socket() as s:  # a free port, closed: connections are refused until the server binds it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ep = lt.Endpoint("h/main", f"http://127.0.0.1:{port}")
+    started = []
+
+    def later():
+        server = ThreadingHTTPServer(("127.0.0.1", port), type("H", (BaseHTTPRequestHandler,), {
+            "do_GET": lambda self: (self.send_response(200), self.send_header("Content-Length", str(len(MODELS))),
+                                    self.end_headers(), self.wfile.write(MODELS)),
+            "log_message": lambda self, *a: None}))
+        started.append(server)
+        server.serve_forever()
+
+    timer = threading.Timer(0.3, later)
+    timer.start()
+    lt.wait_ready(ep, 5, 30)
+    started[0].shutdown()
+    assert ep.model == "tiny"
+
+
+def test_other_answers_fail_at_once_and_the_wait_has_an_end():
+    server, seen = serve([401])
+    ep = lt.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}")
+    with pytest.raises(lt.EndpointError, match="HTTP 401"):
+        lt.wait_ready(ep, 5, 30)
+    assert len(seen) == 1  # not retried
+    server.shutdown()
+    server, seen = serve([503] * 1000)
+    ep = lt.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}")
+    with pytest.raises(lt.EndpointError, match=r"^not answering after 0.3 s: GET /v1/models: HTTP 503"):
+        lt.wait_ready(ep, 5, 0.3)
+    assert len(seen) > 1
+    with pytest.raises(lt.EndpointError, match=r"^GET /v1/models: HTTP 503"):  # 0: no wait at all
+        lt.wait_ready(ep, 5, 0)
+    server.shutdown()
