@@ -1286,10 +1286,11 @@ def _loadtest(args, tunnels: ExitStack) -> int:
         open_tunnels(endpoints, tunnels)
 
     probe_timeout = min(30.0, s.request_timeout)
+    ready_by = time.monotonic() + args.ready_timeout  # one deadline for all: a fleet waits once
     for ep in endpoints:  # models and context, before any inference request
         if not ep.problem:
             try:
-                wait_ready(ep, probe_timeout, args.ready_timeout)
+                wait_ready(ep, probe_timeout, max(0.0, ready_by - time.monotonic()))
             except EndpointError as e:
                 ep.problem = str(e)
     counters = {ep.name: token_counter(ep, probe_timeout) for ep in endpoints}

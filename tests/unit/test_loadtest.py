@@ -431,7 +431,8 @@ def test_a_down_endpoint_and_an_erroring_one_get_a_line_each_and_the_other_is_me
     good, bad = standins(), standins(fail=True)
     down = f"http://127.0.0.1:{free_port()}"
     out = tmp_path / "run"
-    r = kvprov("loadtest", "--url", down, "--url", good.url, "--url", bad.url, *SMALL, "--out", str(out), timeout=60)
+    r = kvprov("loadtest", "--url", down, "--url", good.url, "--url", bad.url, *SMALL, "--out", str(out),
+               "--ready-timeout", "1", timeout=60)  # a refused connection is waited for that long (test_loadtest_ready)
     assert r.returncode == 1, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.startswith("kvprov loadtest: 127.0.0.1")]
     assert len(lines) == 2, r.stderr
