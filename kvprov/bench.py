@@ -39,6 +39,8 @@ def _headline(p: dict) -> float:
 def _figures(p: dict) -> str:
     lat = p.get("lat_ms") or {}
     meta = "".join(f", {k[:-3]} p50 {(p.get(k) or {}).get('p50')}" for k in ("open_ms", "close_ms") if p.get(k))
+    if p.get("overhead_us"):  # the worker's own work a file, and the rate it alone would cap the test at
+        meta += f", worker {p['overhead_us']:.0f} µs a file (caps {p['overhead_cap_gbps']:.0f} GB/s)"
     data = f", data only {p['gbps']:.3f} GB/s" if "engine_gbps" in p else ""
     return (f"{_headline(p):.3f} GB/s ({p['files']} files, {p['bytes'] / MiB:.0f} MiB in {p.get('engine_seconds', p['seconds']):.2f} s{data}; "
             f"latency ms p50 {lat.get('p50')} p90 {lat.get('p90')} p99 {lat.get('p99')} max {lat.get('max')}"

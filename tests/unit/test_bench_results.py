@@ -138,3 +138,11 @@ def test_the_run_itself(monkeypatch):
     assert start == round(start, 3)
     assert results == [Result("bench.run", "bench", "fail", "the host runs the acceptance test", "unreachable: down",
                               "", "c")]
+
+
+def test_the_workers_own_per_file_work_is_shown_with_the_rate_it_caps():
+    r = host_result()
+    r["write"] |= {"overhead_us": 212.4, "overhead_cap_gbps": 88.86}
+    assert bench._figures(r["write"]).endswith(
+        "max 151.0, open p50 0.2, close p50 0.1, worker 212 µs a file (caps 89 GB/s))")
+    assert "worker" not in bench._figures(r["read"])  # a worker older than that figure

@@ -73,3 +73,14 @@ def test_fio_script_writes_then_reads_new_files_and_cleans_up():
             assert f["engine_gbps"] == 4 * MIB / f["engine_seconds"] / 1e9
         assert bvf.fio_figures(res.stdout, overhead=1e6)["write"]["engine_seconds"] == figures["write"]["seconds"]
         assert [p.name for p in Path(d).iterdir()] == ["someone-elses-file"]
+
+
+def test_overheads_are_the_workers_per_file_work_and_the_rate_it_caps():
+    def row(write_us, read_us):
+        return {"worker": {"write": {"overhead_us": write_us}, "read": {"overhead_us": read_us}}}
+
+    o = bvf.overheads([row(100.0, 300.0), row(300.0, 200.0), row(200.0, 250.0)], 18 * MIB)
+    assert o["write"] == {"us": {"median": 200.0, "min": 100.0, "max": 300.0}, "cap_gbps": 18 * MIB / 200.0 / 1e3}
+    assert o["read"]["us"]["median"] == 250.0 and o["read"]["cap_gbps"] == pytest.approx(75.5, abs=0.1)
+    # a worker older than the figure reports none
+    assert bvf.overheads([{"worker": {"write": {}, "read": {}}}], MIB) == {"write": None, "read": None}

@@ -191,3 +191,89 @@ def test_a_full_volume_fails_clearly_and_leaves_nothing(nixl_python, tmp_path):
         assert out["cleaned"] is True and os.listdir(small) == ["someone-elses-file"]
     finally:
         subprocess.run(["umount", str(small)], check=True)
+
+
+def _trace(out: dict, op: str) -> list[dict]:
+    """The --trace records of a pass, by file index (µs from the pass's start; None: not reached)."""
+    rows = sorted(out[op]["trace"])
+    keys = ("index", "prepared", "armed", "submitted", "done", "closed")
+    return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_the_next_file_is_prepared_before_a_transfer_starts(nixl_python, base, depth):
+    """The per-file work overlaps the I/O: from the worker's own records, each file was opened and
+    registered before the previous file's transfer was submitted (so before it completed), and it
+    is closed after its own transfer; the window is never exceeded."""
+    res, out = run_worker(nixl_python, "--dir", str(base), "--file-bytes", str(MIB), "--files", "8",
+                          "--concurrency", str(depth), "--trace")
+    assert res.returncode == 0, res.stderr
+    for op in ("write", "read"):
+        files = _trace(out, op)
+        assert [f["index"] for f in files] == list(range(8))
+        for f in files:
+            assert f["prepared"] <= f["armed"] <= f["submitted"] <= f["done"] <= f["closed"], f
+        for prev, f in zip(files, files[1:]):
+            assert f["prepared"] <= prev["submitted"] < prev["done"], (op, prev, f)
+            assert f["submitted"] >= prev["submitted"]  # in order: the files done are the first ones
+        for f in files:  # transfers in flight when f was submitted (f included)
+            assert sum(g["submitted"] <= f["submitted"] < g["done"] for g in files) <= depth, (op, files)
+        if depth == 1:  # one at a time: the next is submitted once the previous is done
+            assert all(f["submitted"] >= prev["done"] for prev, f in zip(files, files[1:]))
+
+
+def test_the_per_file_overhead_is_reported_with_the_rate_it_caps(nixl_python, base):
+    res, out = run_worker(nixl_python, "--dir", str(base), "--file-bytes", str(MIB), "--files", "4",
+                          "--concurrency", "2")
+    assert res.returncode == 0, res.stderr
+    for op in ("write", "read"):
+        p = out[op]
+        assert "trace" not in p  # only with --trace
+        assert p["overhead_us"] > 0
+        assert p["overhead_cap_gbps"] == pytest.approx(MIB / p["overhead_us"] / 1e3, rel=1e-2)
+        line = (f"bench: {op} 4 files, engine clock {p['engine_gbps']} GB/s, data {p['gbps']} GB/s, "
+                f"{p['in_flight']} in flight; the worker's own work {p['overhead_us']} us a file "
+                f"(caps it at {p['overhead_cap_gbps']} GB/s)")
+        assert line in res.stderr.splitlines()
+
+
+def test_files_prepared_but_not_started_by_the_deadline_are_closed_and_removed(nixl_python, base):
+    res, out = run_worker(nixl_python, "--dir", str(base), "--file-bytes", str(MIB), "--files", "3000",
+                          "--concurrency", "2", "--seconds", "0.3", "--trace")
+    assert res.returncode == 0, res.stderr
+    files = _trace(out, "write")
+    moved = [f for f in files if f["done"] is not None]
+    assert 0 < len(moved) == out["write"]["files"] < len(files) < 3000
+    assert moved == files[:len(moved)]  # the files done are the first ones
+    assert all(f["submitted"] is None and f["closed"] is not None for f in files[len(moved):])
+    assert out["read"]["files"] <= len(moved) and out["verified"] is True
+    assert out["cleaned"] is True and os.listdir(base) == ["someone-elses-file"]
+
+
+def test_the_read_back_check_finds_any_changed_word():
+    """Bench.check (DRAM), without NIXL: a slot read back as written passes; a changed stamp (the
+    first word of a block), a changed word elsewhere, or another file's stamps do not."""
+    np = pytest.importorskip("numpy")
+    import threading
+
+    from kvprov.bench_worker import Bench
+
+    bench = object.__new__(Bench)
+    bench.np, bench.cuda, bench.size, bench.blocks, bench.base = np, None, 4 * 4096, 4, 12345
+    bench.block_ids = np.arange(4, dtype=np.uint64)
+    bench.expect = np.frombuffer(np.random.default_rng(1).bytes(2 * bench.size), np.uint8).copy()  # 2 write slots
+    bench.src = (0, bench.expect)
+    bench.dst = (0, np.zeros(2 * bench.size, np.uint8))
+    bench.slot_of, bench.local_check = {7: 1, 8: 1}, threading.local()
+    bench.stamp(1, 7)  # file 7 written from write slot 1
+    written = bench.expect[bench.size:].copy()
+    bench.stamp(1, 9)  # the slot reused for a later file: its stamps are not file 7's
+    read = bench.dst[1][bench.size:]  # read slot 1
+    read[:] = written
+    assert bench.check(7, 1) is True
+    for offset in (0, 8, 4096, 4 * 4096 - 1):  # a stamp, the word after it, the next stamp, the last byte
+        read[:] = written
+        read[offset] ^= 1
+        assert bench.check(7, 1) is False, offset
+    read[:] = written
+    assert bench.check(8, 1) is False  # file 8's stamps expected from the same slot: not what was read

@@ -6,6 +6,7 @@ Copied to a GPU host and run there with the NIXL venv's python (or run in place)
   /opt/kvprov/nixl/bin/python3 bench_worker.py --dir BASE [--backend POSIX|GDS_MT|GDS]
       [--params JSON] [--file-bytes N] [--files N] [--seconds S] [--concurrency T]
       [--mem DRAM|VRAM] [--gpu N] [--no-direct] [--no-verify] [--start-at EPOCH] [--label TEXT]
+      [--trace]
 
 Writes, then reads back, files shaped like SGLang HiCache KV pages (one `_k`/`_v` file of
 --file-bytes each, one NIXL transfer per file) in its own run directory
@@ -23,15 +24,28 @@ compresses (ONTAP does both inline) cannot flatter the figures. With verificatio
 default) each file read back is compared with what was written, in helper threads (numpy
 and cudaMemcpy release the GIL), the read buffer slot being reused only once checked.
 Two clocks per pass. `engine_seconds` / `engine_gbps` (the headline) run from the first
-file's open to the last file's close: what an engine pays per batch of pages (SGLang's NIXL
-connector opens/creates a batch's files, registers them, runs the transfer, deregisters and
+file's open to the last file's close: what an engine pays for its pages (SGLang's NIXL
+connector opens/creates the files, registers them, runs the transfer, deregisters and
 closes them), NFS metadata round trips included (on the TCG lab's NFS ~50 ms a file, and
 pNFS LAYOUTCOMMIT at close). `seconds` / `gbps` (data only) run from the first submission to
-the last completion; open_ms / close_ms give the per-file metadata latencies. The per-I/O
-latency is submit -> DONE, and `in_flight` is the mean number of transfers in flight over the
-data clock (Little's law: summed latencies / data seconds). --no-direct measures the page
-cache on writes: the fsync and posix_fadvise(DONTNEED) that make the read pass cold run
-untimed after it.
+the last completion; open_ms (open and register) / close_ms (deregister and close) give the
+per-file metadata latencies. The per-I/O latency is submit -> DONE, and `in_flight` is the
+mean number of transfers in flight over the data clock (Little's law: summed latencies /
+data seconds). --no-direct measures the page cache on writes: the fsync and
+posix_fadvise(DONTNEED) that make the read pass cold run untimed after it.
+
+The worker's own per-file work (open, NIXL registration, stamping a write's buffer, the
+transfer handle, its release, deregistration, close: ~0.1-0.3 ms a file on a local disk) is
+overlapped with the I/O: one thread, as an engine's, pipelines it -- the next file is opened
+and registered before a transfer is started, one file beyond the window is kept armed (slot,
+stamp, handle) so a freed transfer slot is refilled at once, and the loop does one piece of
+that work between polls of the transfers in flight (run_pass). Otherwise it would sit between
+one file's I/O and the next at depth 1: an 18 MiB file moves in 0.38 ms at 50 GB/s, and the
+test would measure the worker, not the storage. Each pass reports that work, summed per file
+(`overhead_us`, mean, µs), and the rate it alone would cap one submitting thread at
+(`overhead_cap_gbps` = file bytes / overhead); --trace adds each file's times (prepared,
+armed, submitted, done, closed). On ext4 a write that extends its file completes inside
+io_submit (below): nothing is in flight to overlap with then, for fio neither.
 
 Host buffers are anonymous mmap'd memory populated when allocated, as an engine's pinned host
 pool is. On a virtio disk the physical layout of the buffer pages changed read GB/s by up to
@@ -101,6 +115,7 @@ BLOCK = 4096  # O_DIRECT alignment and the stamping granularity
 POLL_S = 0.00005  # idle poll interval of the transfer loop
 HANG_GRACE_S = 60  # in-flight I/Os still running this long after a pass's time bound: storage hung
 QWEN3_8B_FILE_BYTES = 18 << 20  # kv_file_bytes(36, 256, 8, 128, 2, 1)
+TRACE_EVENTS = ("prepared", "armed", "t0", "done", "closed")  # --trace: a file's times, in this order
 
 
 NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -171,6 +186,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="compare what is read back with what was written")
     ap.add_argument("--start-at", type=float, help="wall-clock epoch to start the I/O at")
     ap.add_argument("--label", default="", help="free text, echoed back")
+    ap.add_argument("--trace", action="store_true",
+                    help="add each file's times to each pass (trace: [index, prepared, armed, submitted, done, "
+                         "closed], microseconds from the pass's start)")
     return ap.parse_args(argv)
 
 
@@ -182,7 +200,7 @@ def check_args(args: argparse.Namespace) -> None:
             raise Failure(f"--{name} must be positive")
     if args.mem == "VRAM" and args.backend == "POSIX":
         raise Failure("the POSIX backend moves host memory only: use --mem DRAM, or GDS_MT/GDS for VRAM")
-    import resource  # a pass opens all its files before its clock: make room for them
+    import resource  # a pass holds about 2 x --concurrency files open at once: room for all, to be safe
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = max(args.files, args.concurrency) + 256
@@ -325,9 +343,9 @@ class Bench:
             why = (f"; no {args.backend} plugin among {', '.join(plugins)}" if args.backend not in plugins
                    else library_hint() if args.backend.startswith("GDS") else "")
             raise Failure(f"NIXL cannot create the {args.backend} backend with {params}: {exc}{why}") from None
-        t = args.concurrency
+        t = args.concurrency + 1  # the window's slots and one for the file armed next
         self.src = self.alloc(t)  # write slots
-        self.dst = self.alloc(2 * t)  # read slots: one being checked while the next is read
+        self.dst = self.alloc(2 * t - 1)  # read slots: one being checked while the next is read
         rng = self.np.random.default_rng()
         self.base = int(rng.integers(0, 2**63))
         self.block_ids = self.np.arange(self.blocks, dtype=self.np.uint64)
@@ -339,7 +357,7 @@ class Bench:
         if self.cuda:
             self.cuda.copy(self.src[0], self.expect.ctypes.data, t * self.size, Cuda.H2D)
         self.local = {}  # (op, slot) -> NIXL descriptor list of that slot
-        for op, (addr, _), slots in (("WRITE", self.src, t), ("READ", self.dst, 2 * t)):
+        for op, (addr, _), slots in (("WRITE", self.src, t), ("READ", self.dst, 2 * t - 1)):
             self.agent.register_memory([(addr, slots * self.size, self.devid, "")], args.mem)
             for s in range(slots):
                 self.local[op, s] = self.agent.get_xfer_descs([(addr + s * self.size, self.size, self.devid)], args.mem)
@@ -382,7 +400,14 @@ class Bench:
         src = self.slot_of[index] * self.size
         want = self.expect[src:src + self.size].reshape(self.blocks, BLOCK).view(np.uint64)
         got = got.reshape(self.blocks, BLOCK).view(np.uint64)
-        return bool(np.array_equal(got[:, 0], self.stamps(index)) and np.array_equal(got[:, 1:], want[:, 1:]))
+        # Contiguous and into a buffer of this thread's: 2-3x cheaper than comparing got[:, 1:]
+        # (strided, a new result array each time), so it takes less of the CPU the I/O needs.
+        differs = getattr(self.local_check, "differs", None)
+        if differs is None:
+            differs = self.local_check.differs = np.empty(got.shape, bool)
+        np.not_equal(got, want, out=differs)
+        np.not_equal(got[:, 0], self.stamps(index), out=differs[:, 0])  # the stamps, not the slot's
+        return not differs.any()
 
     def open(self, op: str, index: int, name: str) -> int:
         """File `name` of the run directory, relative to its descriptor and never through a link."""
@@ -398,7 +423,7 @@ class Bench:
             raise Failure(f"cannot open {path}: {exc.strerror}{hint}") from None
 
     def prepare(self, op: str, index: int, name: str) -> dict:
-        """Open (WRITE: create) file `index` and register it with NIXL (before the pass's clock)."""
+        """Open (WRITE: create) file `index` and register it with NIXL."""
         t0 = time.monotonic()
         fd = self.open(op, index, name)
         backend = self.args.backend
@@ -411,104 +436,162 @@ class Bench:
             if backend.startswith("GDS"):
                 msg += udev_hint(self.run_dir) or "; cuFile's log (cufile.log) says why"
             raise Failure(msg) from None
-        io["open_ms"] = (time.monotonic() - t0) * 1e3
+        io["prepared"] = time.monotonic()
+        io["open_ms"] = (io["prepared"] - t0) * 1e3
         return io
 
-    def submit(self, op: str, io: dict, slot: int) -> dict:
+    def arm(self, op: str, io: dict, slot: int) -> None:
+        """Give a prepared file a buffer slot (WRITE: stamped with the file's blocks) and its
+        NIXL transfer handle: what is left to do is transfer()."""
+        t0 = time.monotonic()
         io["slot"] = slot
         if op == "WRITE":
             self.slot_of[io["index"]] = slot
             self.stamp(slot, io["index"])
         try:
             io["handle"] = self.agent.initialize_xfer(op, self.local[op, slot], io["file"].trim(), self.agent.name)
+        except self.nixl_errors as exc:
+            raise Failure(f"NIXL {self.args.backend} could not start the {op} of {io['path']}: {exc}") from None
+        io["armed"] = time.monotonic()
+        io["arm_ms"] = (io["armed"] - t0) * 1e3
+
+    def submit(self, op: str, io: dict) -> None:
+        try:
             io["t0"] = time.monotonic()
             io["state"] = self.agent.transfer(io["handle"])
         except self.nixl_errors as exc:
             raise Failure(f"NIXL {self.args.backend} could not start the {op} of {io['path']}: {exc}"
                           + full_volume(self.run_dir, self.size)) from None
-        return io
 
     def close(self, io: dict) -> None:
         """Deregister and close a prepared file; its latency goes to io["close_ms"]."""
         t0 = time.monotonic()
-        self.agent.deregister_memory(io["file"])
-        os.close(io["fd"])
-        io["close_ms"] = (time.monotonic() - t0) * 1e3
+        try:
+            self.agent.deregister_memory(io["file"])
+        finally:
+            os.close(io["fd"])
+            io["fd"] = None
+        io["closed"] = time.monotonic()
+        io["close_ms"] = (io["closed"] - t0) * 1e3
 
     def run_pass(self, op: str, names: list[str], checker=None) -> tuple[dict, list[str]]:
         """Keep --concurrency transfers of whole files in flight until all `names` are done or
         --seconds have passed (every file started is waited for: the files done are always the
-        first ones); return the pass's figures and the files that read back wrong. The files are
-        all opened and registered, then transferred, then closed, as an engine does a batch:
-        the engine clock covers all three, the data clock the transfers alone."""
-        prepared = []
-        t_open = time.monotonic()
-        try:
-            for i, name in enumerate(names):
-                prepared.append(self.prepare(op, i, name))
-            stats, mismatched = self.transfer_all(op, prepared, checker)
-        finally:
-            for io in prepared:
-                self.close(io)
-        engine = time.monotonic() - t_open
-        stats["engine_seconds"] = round(engine, 6)
-        stats["engine_gbps"] = round(stats["bytes"] / engine / 1e9, 4)
-        stats["open_ms"] = rounded(percentiles([io["open_ms"] for io in prepared]))
-        stats["close_ms"] = rounded(percentiles([io["close_ms"] for io in prepared if "close_ms" in io]))
-        return stats, mismatched
+        first ones); return the pass's figures and the files that read back wrong.
 
-    def transfer_all(self, op: str, prepared: list[dict], checker=None) -> tuple[dict, list[str]]:
+        One thread does all of a file's work, as an engine's does, pipelined so that the I/O
+        does not wait for it: a file is opened and registered (prepared), given a buffer slot
+        and its transfer handle (armed), transferred, and deregistered and closed; a file's
+        transfer is started only once the next file is prepared, and one armed file is kept
+        beyond the window, so a freed transfer slot is refilled at once. Between polls of the
+        transfers in flight the loop does one piece of that per-file work, so it runs while the
+        I/O is in flight (where a transfer completes inside its submission -- ext4's extending
+        writes -- there is nothing in flight to overlap with). The engine clock runs from the first open to the last close, the
+        data clock from the first submission to the last completion; `overhead_us` is the
+        worker's own time per file on that thread (open, register, stamp, transfer handle,
+        release, deregister, close: everything but the transfer call and the polls), and
+        `overhead_cap_gbps` the rate that overhead alone would cap the pass at."""
         window = self.args.concurrency
-        free = list(range(window if op == "WRITE" else 2 * window))
-        inflight, checking, lat, mismatched = [], {}, [], []
-        started = 0
-        t_start = t_end = time.monotonic()
-        deadline = t_start + self.args.seconds
-        while True:
-            # One submission per sweep: a submission can block (see above), and the I/Os already
-            # in flight must not be charged for the time it takes.
-            progressed = (started < len(prepared) and len(inflight) < window and bool(free)
-                          and time.monotonic() < deadline)
-            if progressed:
-                inflight.append(self.submit(op, prepared[started], free.pop()))
-                started += 1
-            for io in list(inflight):
-                try:
-                    state = io["state"] if io["state"] != "PROC" else self.agent.check_xfer_state(io["handle"])
-                except self.nixl_errors as exc:
-                    state = f"an error ({exc})"
-                if state == "PROC":
-                    continue
-                if state != "DONE":
-                    raise Failure(f"NIXL {self.args.backend} {op} of {io['path']} ended in {state}"
-                                  + (full_volume(self.run_dir, self.size) or " (the backend's log on stderr says why)"))
-                t_end = time.monotonic()
-                lat.append((t_end - io["t0"]) * 1e3)
-                self.agent.release_xfer_handle(io["handle"])
-                inflight.remove(io)
-                progressed = True
-                if checker:
-                    checking[checker.submit(self.check, io["index"], io["slot"])] = io
-                else:
+        free = list(range((window if op == "WRITE" else 2 * window) + 1))  # +1: the next file's slot
+        opened, armed, inflight, done = [], [], [], []
+        ios, checking, lat, mismatched = [], {}, [], []
+        nxt = 0
+        t_open = time.monotonic()
+        deadline = t_open + self.args.seconds
+        t_start = t_end = None
+        try:
+            while True:
+                progressed = False
+                for io in list(inflight):
+                    try:
+                        state = io["state"] if io["state"] != "PROC" else self.agent.check_xfer_state(io["handle"])
+                    except self.nixl_errors as exc:
+                        state = f"an error ({exc})"
+                    if state == "PROC":
+                        continue
+                    if state != "DONE":
+                        raise Failure(f"NIXL {self.args.backend} {op} of {io['path']} ended in {state}"
+                                      + (full_volume(self.run_dir, self.size)
+                                         or " (the backend's log on stderr says why)"))
+                    t_end = io["done"] = time.monotonic()
+                    lat.append((t_end - io["t0"]) * 1e3)
+                    self.agent.release_xfer_handle(io.pop("handle"))
+                    inflight.remove(io)
+                    done.append(io)
+                    if checker:
+                        checking[checker.submit(self.check, io["index"], io["slot"])] = io
+                    else:
+                        free.append(io["slot"])
+                    io["reap_ms"] = (time.monotonic() - t_end) * 1e3
+                    progressed = True
+                for future in [f for f in checking if f.done()]:
+                    io = checking.pop(future)
+                    if not future.result():
+                        mismatched.append(io["path"])
                     free.append(io["slot"])
-            for future in [f for f in checking if f.done()]:
-                io = checking.pop(future)
-                if not future.result():
-                    mismatched.append(io["path"])
-                free.append(io["slot"])
-                progressed = True
-            if not inflight and not checking and (started == len(prepared) or time.monotonic() >= deadline):
-                break
-            if inflight and time.monotonic() > deadline + HANG_GRACE_S:
-                raise Failure(f"{len(inflight)} {op}s of {self.args.backend} still in flight {HANG_GRACE_S} s after "
-                              f"the pass's time bound: the storage does not answer (hung mount?)")
-            if not progressed:
-                time.sleep(POLL_S)
-        seconds = t_end - t_start
-        nbytes = len(lat) * self.size
-        stats = {"files": len(lat), "bytes": nbytes, "seconds": round(seconds, 6),
+                    progressed = True
+                now = time.monotonic()
+                more = nxt < len(names) and now < deadline  # files still to prepare
+                # One submission per sweep: a submission can block (see the module's docstring),
+                # and the I/Os already in flight must not be charged for the time it takes. A file
+                # is submitted once the next one is prepared.
+                if (armed and len(inflight) < window and now < deadline
+                        and (len(armed) + len(opened) >= 2 or not more)):
+                    io = armed.pop(0)
+                    self.submit(op, io)
+                    t_start = io["t0"] if t_start is None else t_start
+                    inflight.append(io)
+                    continue
+                # Else one piece of per-file work: arm, prepare, or close a finished file (before
+                # preparing another once more than the window's worth are done but open, so that
+                # closes are spread over the pass, also where each I/O completes inside io_submit).
+                staged = len(armed) + len(opened)
+                if opened and free and len(armed) < window - len(inflight) + 1 and now < deadline:
+                    io = opened.pop(0)
+                    self.arm(op, io, free.pop())
+                    armed.append(io)
+                elif len(done) > window:
+                    self.close(done.pop(0))
+                elif more and staged < window - len(inflight) + 2:
+                    io = self.prepare(op, nxt, names[nxt])
+                    ios.append(io)
+                    opened.append(io)
+                    nxt += 1
+                elif done:
+                    self.close(done.pop(0))
+                elif not inflight and not checking and (not armed or now >= deadline):
+                    break
+                elif inflight and now > deadline + HANG_GRACE_S:
+                    raise Failure(f"{len(inflight)} {op}s of {self.args.backend} still in flight {HANG_GRACE_S} s "
+                                  f"after the pass's time bound: the storage does not answer (hung mount?)")
+                elif not progressed:
+                    time.sleep(POLL_S)
+        finally:
+            for io in ios:  # after an error, or files prepared but not started before the deadline
+                if io["fd"] is not None:
+                    try:
+                        if "handle" in io:
+                            self.agent.release_xfer_handle(io.pop("handle"))
+                        self.close(io)
+                    except self.nixl_errors:  # a transfer still in flight after an error: the error is reported
+                        pass
+        engine = time.monotonic() - t_open
+        moved = [io for io in ios if "done" in io]
+        seconds = t_end - t_start if moved else 0.0
+        nbytes = len(moved) * self.size
+        overhead = [sum(io.get(k, 0.0) for k in ("open_ms", "arm_ms", "reap_ms", "close_ms")) * 1e3 for io in moved]
+        mean_us = sum(overhead) / len(overhead) if overhead else None
+        stats = {"files": len(moved), "bytes": nbytes, "seconds": round(seconds, 6),
                  "gbps": round(nbytes / seconds / 1e9, 4) if seconds > 0 else None,
-                 "lat_ms": rounded(percentiles(lat)), "in_flight": mean_in_flight(lat, seconds)}
+                 "lat_ms": rounded(percentiles(lat)), "in_flight": mean_in_flight(lat, seconds),
+                 "engine_seconds": round(engine, 6), "engine_gbps": round(nbytes / engine / 1e9, 4),
+                 "open_ms": rounded(percentiles([io["open_ms"] for io in ios])),
+                 "close_ms": rounded(percentiles([io["close_ms"] for io in ios if "close_ms" in io])),
+                 "overhead_us": None if mean_us is None else round(mean_us, 1),
+                 "overhead_cap_gbps": round(self.size / mean_us / 1e3, 2) if mean_us else None}
+        if self.args.trace:
+            stats["trace"] = [[io["index"]] + [None if k not in io else round((io[k] - t_open) * 1e6)
+                                               for k in TRACE_EVENTS] for io in ios]
         return stats, mismatched
 
     def settle(self, names: list[str]) -> None:
@@ -520,6 +603,13 @@ class Bench:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
+
+
+def pass_line(op: str, stats: dict) -> str:
+    """One pass's figures for stderr, with the worker's own per-file overhead and the rate it caps."""
+    return (f"bench: {op} {stats['files']} files, engine clock {stats['engine_gbps']} GB/s, data {stats['gbps']} GB/s, "
+            f"{stats['in_flight']} in flight; the worker's own work {stats['overhead_us']} us a file "
+            f"(caps it at {stats['overhead_cap_gbps']} GB/s)")
 
 
 def file_name(index: int) -> str:
@@ -579,10 +669,12 @@ def run(args: argparse.Namespace, result: dict, created: list) -> None:
     print(f"bench: {args.backend} {args.mem} {params} {len(names)} x {args.file_bytes} B files, "
           f"{args.concurrency} in flight, in {result['run_dir']}", file=sys.stderr)
     result["write"], _ = bench.run_pass("WRITE", names)
+    print(pass_line("write", result["write"]), file=sys.stderr)
     names = names[:result["write"]["files"]]
     bench.settle(names)
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         result["read"], mismatched = bench.run_pass("READ", names, pool if args.verify else None)
+    print(pass_line("read", result["read"]), file=sys.stderr)
     if args.verify:
         result["verified"] = not mismatched
         if mismatched:
