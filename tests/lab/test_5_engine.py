@@ -402,13 +402,16 @@ def test_validate_and_audit_catch_a_vllm_unit_pointing_at_the_wrong_port(engine,
 def test_the_same_engine_without_the_tier_serves_nothing_from_storage_after_a_restart(engine, tmp_path):
     """The comparison the loadtest chart is for: the same vLLM, deployed as vllm_baseline (GPU
     prefix cache only), hits its prefix within a conversation but after a restart has nothing
-    to serve it from. Last of the engine tests: it leaves the container on the baseline."""
+    to serve it from. It listens on its loopback only (kvprov's default, as the README's engine
+    lab ships): loadtest and the round trip reach it through an ssh tunnel over the host's
+    Ansible connection. Last of the engine tests: it leaves the container on the baseline."""
     import yaml
 
     inv, _ = engine
     data = yaml.safe_load(inv.read_text())
     group = data["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]["vars"]
-    group = {k: v for k, v in group.items() if not k.startswith("kvprov_lmcache_mp_")}
+    group = {k: v for k, v in group.items() if not k.startswith("kvprov_lmcache_mp_")
+             and k not in ("kvprov_engine_host", "kvprov_engine_clients")}
     group["kvprov_engine"] = "vllm_baseline"
     data["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]["vars"] = group
     baseline = tmp_path / "baseline.yml"
@@ -422,7 +425,10 @@ def test_the_same_engine_without_the_tier_serves_nothing_from_storage_after_a_re
     r = kvprov("loadtest", str(baseline), "--prompt-tokens", "1024", "--turns", "2", "--users", "1",
                "--output-tokens", "8", "--replay", "--out", str(tmp_path), "--label", "baseline", timeout=1500)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"{HOST}: the engine listens on its loopback: ssh tunnel for port(s) 8000" in r.stderr
     run = json.loads((tmp_path / "loadtest.json").read_text())
+    [endpoint] = run["endpoints"]
+    assert endpoint["tunnel"] == f"ssh tunnel to {HOST}'s 127.0.0.1:8000", endpoint
     points = {(p["phase"], p["turn"]): p for p in run["points"]}
     assert points["sweep", 2]["cache"]["hit_tokens"].get("vllm_prefix", 0) > 0, points["sweep", 2]
     [row] = run["replay"]
