@@ -42,6 +42,7 @@ import argparse
 import http.client
 import ipaddress
 import json
+import math
 import random
 import re
 import ssl
@@ -802,6 +803,10 @@ class Settings:
     replay: bool = False
     cross_host: bool = False
     restart_timeout: float = 900.0
+    shapes: tuple = ()  # load shapes (kvprov/loadtest_shapes.py); none: one wave of `users` per turn
+    requests: int = 100  # measured requests per load point
+    warmup: int = 10  # requests before them, not counted
+    repeats: int = 1
 
 
 # Cache sources that are the storage tier (docs/loadtest.md): what a replay after a restart hits.
@@ -980,6 +985,8 @@ def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, To
     if pairs is None:  # with s.cross_host: every instance's on the next host of its namespace
         pairs, unpaired = cross_host_pairs(endpoints) if s.cross_host else ([], {})
     total = (len(live) * (2 if s.replay else 1) + len(pairs)) * len(s.prompt_tokens) * s.turns
+    if s.shapes:
+        total = len(live) * len(s.prompt_tokens) * len(s.shapes) * s.repeats
     result = {"points": [], "planned_points": total, "stopped": None, "cross_host_skipped": unpaired}
     done = [0]
     t0 = time.monotonic()
@@ -988,6 +995,15 @@ def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, To
         done[0] += 1
         result["points"].append(p)
         ttft = p["ttft_ms"]["p50"]
+        if p["phase"] == "load":
+            p99 = p["ttft_ms"]["p99"]
+            progress(f"[{done[0]}/{total}] {p['instance']} {p['prompt_tokens']} tokens, {p['load_label']}, repeat "
+                     f"{p['repeat']}/{s.repeats}: {p['ok']}/{p['requests']} ok (after {p['warmup']} warm-up), "
+                     f"{p['requests_per_s'] or 0:.2f} req/s, {p['output_tokens_per_s'] or 0:.1f} output tok/s, "
+                     f"TTFT p50 " + (f"{ttft:.0f} ms" if ttft is not None else "-")
+                     + " p99 " + (f"{p99:.0f} ms" if p99 is not None else f"- (needs 100 requests)")
+                     + (f"; first error: {p['first_error']}" if p["first_error"] else ""))
+            return
         progress(f"[{done[0]}/{total}] {p['instance']} {p['phase']} {p['prompt_tokens']} tokens, turn {p['turn']}/{s.turns}: "
                  f"{p['ok']}/{p['requests']} ok, {p['requests_per_s'] or 0:.2f} req/s, "
                  f"{p['output_tokens_per_s'] or 0:.1f} output tok/s, TTFT p50 "
@@ -996,6 +1012,9 @@ def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, To
                  + (f"; first error: {p['first_error']}" if p["first_error"] else ""))
 
     try:
+        if s.shapes:
+            _run_shapes(live, s, stop, counters, on_point)
+            live = []  # nothing else: --replay and --cross-host are wave runs
         for ep in live:
             counter = counters[ep.name]
             for n in s.prompt_tokens:
@@ -1040,6 +1059,27 @@ def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, To
     return result
 
 
+def _run_shapes(live: list[Endpoint], s: Settings, stop: Stop, counters: dict, on_point) -> None:
+    """Every endpoint x prompt length x load shape x repeat (kvprov/loadtest_shapes.py), each
+    point on conversations of its own (no point serves another's prefixes)."""
+    from kvprov import loadtest_shapes as shapes
+
+    for ep in live:
+        for n, shape, k in [(n, shape, k) for n in s.prompt_tokens for shape in s.shapes
+                            for k in range(1, s.repeats + 1)]:
+            if stop.check():
+                return
+            seed = f"{s.seed}/{ep.name}/{n}/{shape.label()}/{k}"
+            point = shapes.run_point(ep, s, shape, shapes.Supply(counters[ep.name], n, s, seed), s.requests,
+                                     s.warmup, stop, seed)
+            if point is None:  # cut short by --duration
+                return
+            on_point({**point, "repeat": k, "load_label": shape.label()})
+            if point["ok"] == 0:  # do not hammer a broken endpoint with the other points
+                ep.problem = f"every request failed: {point['first_error']}"
+                break
+
+
 # ---------------------------------------------------------------------------- the command
 
 def _int_list(text: str) -> list[int]:
@@ -1049,6 +1089,16 @@ def _int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"want comma-separated token counts, got {text!r}") from None
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"want positive token counts, got {text!r}")
+    return values
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        values = sorted({float(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers separated by commas, got {text!r}")
     return values
 
 
@@ -1082,6 +1132,19 @@ def add_parser(sub) -> None:
     p.add_argument("--output-tokens", type=_positive(int), default=64, metavar="N", help="tokens per answer (64)")
     p.add_argument("--turn-tokens", type=_positive(int), default=100, metavar="N",
                    help="tokens of each later user message (100)")
+    load = p.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", type=_int_list, metavar="C1,C2,...",
+                      help="load shape: hold C conversations in flight (closed loop), one point per C, over "
+                           "--requests requests; instead of --users' single wave per turn")
+    load.add_argument("--request-rate", type=_float_list, metavar="R1,R2,...",
+                      help="load shape: requests offered at R per second (conversations arriving as a Poisson "
+                           "process of R / --turns per second), one point per R")
+    p.add_argument("--requests", type=_positive(int), default=100, metavar="N",
+                   help="with a load shape: measured requests per point (100: enough for a p99)")
+    p.add_argument("--warmup", type=int, default=10, metavar="N",
+                   help="with a load shape: requests before the measured ones, not counted (10)")
+    p.add_argument("--repeats", type=_positive(int), default=1, metavar="K",
+                   help="with a load shape: run each point K times (the report gives the median and the spread)")
     p.add_argument("--duration", type=_positive(float), default=600, metavar="S",
                    help="stop after S seconds whatever is left (600)")
     p.add_argument("--request-timeout", type=_positive(float), default=300, metavar="S", help="per request (300)")
@@ -1249,6 +1312,7 @@ def cmd_loadtest(args) -> int:
 
 def _loadtest(args, tunnels: ExitStack) -> int:
     from kvprov import loadtest_report as report
+    from kvprov.loadtest_shapes import load_rows
 
     sources = inventory.from_args(args)
     if args.compare:
@@ -1270,7 +1334,17 @@ def _loadtest(args, tunnels: ExitStack) -> int:
                           EXIT_USAGE)
     if args.url and (args.limit or args.instances):
         raise KvprovError("--limit and --instances select inventory instances: not with --url", EXIT_USAGE)
+    from kvprov.loadtest_shapes import Shape
+
+    shapes = tuple(Shape("concurrency", c) for c in sorted(set(args.concurrency or ()))) + tuple(
+        Shape("rate", r) for r in args.request_rate or ())  # (_float_list sorts)
+    if shapes and (args.replay or args.cross_host):
+        raise KvprovError("--replay and --cross-host measure single waves: not with --concurrency or --request-rate",
+                          EXIT_USAGE)
+    if args.warmup < 0:
+        raise KvprovError(f"--warmup {args.warmup}: give 0 or more requests", EXIT_USAGE)
     s = Settings(prompt_tokens=sorted(set(args.prompt_tokens)), turns=args.turns, users=args.users,
+                 shapes=shapes, requests=args.requests, warmup=args.warmup, repeats=args.repeats,
                  output_tokens=args.output_tokens, turn_tokens=args.turn_tokens, duration=args.duration,
                  request_timeout=args.request_timeout, api=args.api, replay=args.replay, ignore_eos=args.ignore_eos,
                  restart_timeout=args.restart_timeout, cross_host=args.cross_host,
@@ -1311,8 +1385,10 @@ def _loadtest(args, tunnels: ExitStack) -> int:
         if ep.problem:
             print(f"kvprov loadtest: {ep.name} ({ep.url}): {printable(ep.problem)}", file=sys.stderr)
     live = [ep for ep in endpoints if not ep.problem]
+    load = (f"{', '.join(x.label() for x in s.shapes)}, {s.requests} requests a point after {s.warmup} warm-up, "
+            f"{s.repeats} repeat(s)" if s.shapes else f"{s.users} users")
     _progress(f"{len(live)} endpoint(s), prompt lengths {','.join(map(str, s.prompt_tokens))}, {s.turns} turns, "
-              f"{s.users} users, {s.output_tokens} output tokens, at most {s.duration:g} s")
+              f"{load}, {s.output_tokens} output tokens, at most {s.duration:g} s")
     for ep in live:
         _progress(f"{ep.name}: model {ep.model}, {ep.api} API, tokens {counters[ep.name].note}")
 
@@ -1351,12 +1427,16 @@ def _loadtest(args, tunnels: ExitStack) -> int:
                         "output_tokens": s.output_tokens, "turn_tokens": s.turn_tokens, "duration_s": s.duration,
                         "request_timeout_s": s.request_timeout, "api": s.api, "seed": s.seed,
                         "ignore_eos": s.ignore_eos, "replay": s.replay, "cross_host": s.cross_host,
+                        "load": [{"shape": x.kind, "load": x.value} for x in s.shapes],
+                        "requests": s.requests if s.shapes else None, "warmup": s.warmup if s.shapes else None,
+                        "repeats": s.repeats if s.shapes else None,
                         "source": "inventory" if sources else "url",
                         "inventory": sources or None},
            "endpoints": [{**ep.public(), "tokenizer": counters[ep.name].describe()} for ep in endpoints],
            "planned_points": result["planned_points"], "done_points": len(result["points"]),
            "stopped": result["stopped"], "exit_code": code, "points": result["points"],
            "replay": replay_rows(result["points"]), "cross_host": cross_host_rows(result["points"]),
+           "load": load_rows(result["points"]),
            "cross_host_skipped": result["cross_host_skipped"]}
     try:
         paths = report.write_run(doc, out, args.json)

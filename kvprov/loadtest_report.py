@@ -53,7 +53,7 @@ def write_run(doc: dict, out: Path, json_copy: str | None = None) -> list[Path]:
     if json_copy:
         _write(Path(json_copy), text)
         paths.append(Path(json_copy))
-    png = chart([doc])
+    png = load_chart(doc) if doc.get("load") else chart([doc])  # a load sweep: against the load
     _write(out / PNG_NAME, png)
     _write(out / HTML_NAME, run_html(doc, png).encode())
     return paths + [out / PNG_NAME, out / HTML_NAME]
@@ -104,8 +104,51 @@ def hits_by_source(doc: dict) -> dict[str, dict[str, float]]:
     return out
 
 
-def chart(runs: list[dict]) -> bytes:
-    """The PNG: throughput and TTFT against initial prompt length, and cache hits per source."""
+def load_chart(doc: dict) -> bytes:
+    """The PNG of a load sweep: output throughput and TTFT (p50, and p99 where 100 requests
+    support it) against the load, one line per instance and prompt length, bars from the
+    lowest to the highest repeat."""
+    plt = _pyplot()
+    rows = doc["load"]
+    shape = rows[0]["shape"]
+    fig, (tput, ttft) = plt.subplots(1, 2, figsize=(14, 5.6))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    lines: dict[tuple, list[dict]] = {}
+    for r in rows:
+        lines.setdefault((r["instance"], r["prompt_tokens"]), []).append(r)
+    for k, ((inst, tokens), rs) in enumerate(sorted(lines.items())):
+        rs = sorted(rs, key=lambda r: r["load"])
+        xs, c = [r["load"] for r in rs], colors[k % len(colors)]
+        for ax, key, style, name in ((tput, "output_tokens_per_s", "o-", ""), (ttft, "ttft_ms_p50", "o-", " p50"),
+                                     (ttft, "ttft_ms_p99", "s--", " p99")):
+            cells = [r[key] for r in rs]
+            if not any(cells):
+                continue
+            ys = [cell["median"] if cell else None for cell in cells]
+            err = [[(cell["median"] - cell["min"]) if cell else 0 for cell in cells],
+                   [(cell["max"] - cell["median"]) if cell else 0 for cell in cells]]
+            ax.errorbar(xs, [y if y is not None else float("nan") for y in ys], yerr=err, fmt=style, color=c,
+                        capsize=3, label=f"{inst}, {tokens}-token prompts{name}")
+    xlabel = "conversations in flight (concurrency)" if shape == "concurrency" else "request rate (req/s, Poisson)"
+    for ax, title, unit in ((tput, "Output throughput", "output tokens/s"), (ttft, "Time to first token", "ms")):
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(unit)
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+        if ax.lines:
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    s = doc.get("settings", {})
+    models = ", ".join(sorted({f"{e.get('model')} on {e.get('engine') or 'a server'}" for e in doc.get("endpoints", [])
+                               if not e.get("problem")}))
+    fig.suptitle(f"kvprov loadtest: {doc['label']} · {models} · {s.get('turns')} turns, {s.get('output_tokens')} "
+                 f"output tokens · {s.get('requests')} requests a point after {s.get('warmup')} warm-up, "
+                 f"{s.get('repeats')} repeat(s)", fontsize=10)
+    fig.tight_layout()
+    return _png(fig, plt)
+
+
+def _pyplot():
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -113,6 +156,19 @@ def chart(runs: list[dict]) -> bytes:
     except ImportError:
         raise KvprovError("matplotlib is not installed (pip install matplotlib, or scripts/install-deps): "
                           "the JSON is written, the chart and the HTML are not", EXIT_ENVIRONMENT) from None
+    return plt
+
+
+def _png(fig, plt) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def chart(runs: list[dict]) -> bytes:
+    """The PNG: throughput and TTFT against initial prompt length, and cache hits per source."""
+    plt = _pyplot()
     first = first_turn_ttft(runs)
     fig, axes = plt.subplots(1, 4 if first else 3, figsize=(21 if first else 16, 6.2),
                              gridspec_kw={"width_ratios": [1, 1, 1.1] + ([1.1] if first else [])})
@@ -156,10 +212,7 @@ def chart(runs: list[dict]) -> bytes:
         _first_turn_bars(axes[3], first)
     fig.suptitle(" vs ".join(r["label"] for r in runs) if len(runs) > 1 else f"kvprov loadtest: {runs[0]['label']}")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
+    return _png(fig, plt)
 
 
 # What a first turn's TTFT was measured after (the chart's fourth panel).
@@ -294,13 +347,46 @@ def _points_table(doc: dict) -> str:
         t, lat = p.get("ttft_ms") or {}, p.get("latency_ms") or {}
         rows.append(
             f"<tr{' class=err' if p.get('errors') else ''}><td class=l>{_e(p['instance'])}"
-            f"{'' if p.get('phase', 'sweep') == 'sweep' else ' (' + _e(p['phase']) + ')'}</td>"
-            f"<td>{p['prompt_tokens']}</td><td>{p['turn']}</td><td>{p['ok']} / {p['requests']}</td>"
+            f"{'' if p.get('phase', 'sweep') == 'sweep' else ' (' + _e(_phase(p)) + ')'}</td>"
+            f"<td>{p['prompt_tokens']}</td><td>{p['turn'] or 'all'}</td><td>{p['ok']} / {p['requests']}</td>"
             f"<td>{_n(p.get('requests_per_s'), 2)}</td><td>{_n(p.get('output_tokens_per_s'), 1)}</td>"
             f"<td>{_n(p.get('server_prompt_tokens_mean'))}</td>"
             + "".join(f"<td>{_n(d.get(k))}</td>" for d in (t, lat) for k in ("p50", "p90", "p99"))
             + f"<td class=l>{_e(_hits(p.get('cache')))}</td><td class=l>{_e(p.get('first_error') or '')}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>" if rows else "<p class=bad>No point was measured.</p>"
+
+
+def _phase(p: dict) -> str:
+    if p["phase"] != "load":
+        return p["phase"]
+    return f"{p.get('load_label')}, repeat {p.get('repeat')}, after {p.get('warmup')} warm-up"
+
+
+def _spread(cell: dict | None, digits: int = 0) -> str:
+    if not cell:
+        return "<td>-</td>"
+    if cell["min"] == cell["max"]:
+        return f"<td>{_n(cell['median'], digits)}</td>"
+    return f"<td>{_n(cell['median'], digits)} <span class=meta>({_n(cell['min'], digits)}–{_n(cell['max'], digits)})</span></td>"
+
+
+def _load_table(doc: dict) -> str:
+    """Per load point: the median over its repeats, (min–max) where they differ."""
+    rows = [f"<tr><td class=l>{_e(r['instance'])}</td><td>{r['prompt_tokens']}</td>"
+            f"<td class=l>{_e(load_label(r))}</td><td>{r['repeats']}</td><td>{r['samples']}</td>"
+            + _spread(r["requests_per_s"], 2) + _spread(r["output_tokens_per_s"], 1) + _spread(r["ttft_ms_p50"])
+            + _spread(r["ttft_ms_p99"]) + "</tr>" for r in doc.get("load") or []]
+    if not rows:
+        return ""
+    return ("<h2>Load (median of the repeats; min–max where they differ)</h2><table><tr><th class=l>instance</th>"
+            "<th>prompt tokens</th><th class=l>load</th><th>repeats</th><th>requests measured</th><th>req/s</th>"
+            "<th>output tok/s</th><th>TTFT p50 (ms)</th><th>TTFT p99 (ms)</th></tr>"
+            f"{''.join(rows)}</table><p class=meta>A percentile is given only where its sample supports it "
+            "(nearest rank: p50 from 2 requests, p90 from 10, p99 from 100 per point).</p>")
+
+
+def load_label(row: dict) -> str:
+    return f"concurrency {row['load']:g}" if row["shape"] == "concurrency" else f"{row['load']:g} req/s (Poisson)"
 
 
 def _replay_table(doc: dict) -> str:
@@ -335,6 +421,12 @@ def _cross_host_table(doc: dict) -> str:
 
 def _settings_line(doc: dict) -> str:
     s = doc.get("settings", {})
+    if s.get("load"):
+        loads = ", ".join(load_label(x) for x in s["load"])
+        return (f"prompt lengths {', '.join(map(str, s.get('prompt_tokens', [])))} tokens · {loads} · "
+                f"{s.get('requests')} requests a point after {s.get('warmup')} warm-up, {s.get('repeats')} repeat(s) · "
+                f"conversations of {s.get('turns')} turns of +{s.get('turn_tokens')} tokens · {s.get('output_tokens')} "
+                f"output tokens per answer · at most {s.get('duration_s')} s · seed {s.get('seed')}")
     return (f"prompt lengths {', '.join(map(str, s.get('prompt_tokens', [])))} tokens · {s.get('turns')} turns of "
             f"+{s.get('turn_tokens')} tokens · {s.get('users')} users side by side · {s.get('output_tokens')} output "
             f"tokens per answer · at most {s.get('duration_s')} s · seed {s.get('seed')}")
@@ -355,7 +447,8 @@ def run_html(doc: dict, png: bytes) -> str:
             f"<style>{STYLE}</style></head><body><h1>kvprov loadtest: {_e(doc['label'])}</h1>"
             f"<p class=meta>{_e(doc.get('started'))} → {_e(doc.get('finished'))} ({_n(doc.get('seconds'), 1)} s) · "
             f"{_e(_status_line(doc))}<br>{_e(_settings_line(doc))}</p>"
-            f"{_img(png)}<h2>Endpoints</h2>{_endpoints_table(doc)}{_replay_table(doc)}{_cross_host_table(doc)}"
+            f"{_img(png)}<h2>Endpoints</h2>{_endpoints_table(doc)}{_load_table(doc)}"
+            f"{_replay_table(doc)}{_cross_host_table(doc)}"
             f"<h2>Points (instance × prompt length × turn; times in ms)</h2>{_points_table(doc)}"
             "<p class=meta>TTFT: time to the first streamed token; latency: to the end of the answer. Cache hits: "
             "the growth of the engine's own counters over the point (vLLM prefix and external caches, vLLM cached "

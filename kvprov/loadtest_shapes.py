@@ -1,0 +1,171 @@
+"""kvprov loadtest's load shapes (#26): load held over many requests, as serving benchmarks
+measure it (`vllm bench serve`, AIPerf, GuideLLM sweep concurrency or request rate).
+
+- concurrency C (closed loop): C conversations in flight at all times; each sends its next
+  turn when the answer to the last one arrives, and a finished conversation is followed by a
+  new one (a new prefix);
+- request rate R (open loop): new conversations arrive as a Poisson process of R / turns per
+  second (exponential gaps, seeded), so that requests are offered at R per second; each sends
+  its turns one after another as above. The measured rate falls short of R where the engine
+  cannot keep up.
+
+A point is one shape at one initial prompt length: `--warmup` requests first (not counted),
+then `--requests` measured ones, in the order they were issued; repeated `--repeats` times
+(load_rows: the median and the spread). Percentiles are given only where the sample can
+support them (nearest rank: p50 from 2 requests, p90 from 10, p99 from 100); each point says
+how many requests its figures are from. Multi-turn conversations stay conversations: a
+measured request may be a later turn, whose prefix the engine may have cached (the point
+counts its turns)."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+from kvprov.loadtest import (Client, Endpoint, Settings, Stop, TokenCounter, _request_body, cache_summary,
+                             counter_delta, make_conversations, measure_point, read_counters)
+
+# The fewest samples a nearest-rank percentile needs to be more than the sample's maximum.
+MIN_SAMPLES = {"p50": 2, "p90": 10, "p99": 100}
+
+
+@dataclass(frozen=True)
+class Shape:
+    kind: str  # "concurrency" or "rate"
+    value: float
+
+    def label(self) -> str:
+        return f"concurrency {self.value:g}" if self.kind == "concurrency" else f"{self.value:g} req/s"
+
+
+def supported(pcts: dict, n: int) -> dict:
+    """The percentiles a sample of n can support; the others None (the max is always kept)."""
+    return {k: v if n >= MIN_SAMPLES.get(k, 1) else None for k, v in pcts.items()}
+
+
+class Supply:
+    """Conversations without end, the same ones for the same seed (thread-safe)."""
+
+    def __init__(self, counter: TokenCounter, prompt_tokens: int, s: Settings, seed: str):
+        self.counter, self.prompt_tokens, self.s, self.seed = counter, prompt_tokens, s, seed
+        self.n = 0
+        self.lock = threading.Lock()
+
+    def next(self):
+        with self.lock:
+            self.n += 1
+            i = self.n
+        [conv] = make_conversations(self.counter, self.prompt_tokens, 1, self.s.turns, self.s.turn_tokens,
+                                    f"{self.seed}/{i}")
+        return conv
+
+
+class _Run:
+    """One point's requests: hands out request numbers until warmup + requests are issued."""
+
+    def __init__(self, ep: Endpoint, s: Settings, total: int, stop: Stop):
+        self.ep, self.s, self.total, self.stop = ep, s, total, stop
+        self.client = Client(ep, s.request_timeout)
+        self.lock = threading.Lock()
+        self.issued = 0
+        self.samples: list[tuple[int, int, float, float, dict]] = []  # (number, turn, start, end, sample)
+
+    def take(self) -> int | None:
+        with self.lock:
+            if self.issued >= self.total or self.stop.check():
+                return None
+            self.issued += 1
+            return self.issued - 1
+
+    def conversation(self, conv) -> bool:
+        """Its turns, each sent when the last answer came; False when no request was left to send."""
+        history: list[dict] = []
+        for turn, message in enumerate(conv.messages, 1):
+            number = self.take()
+            if number is None:
+                return False
+            history.append({"role": "user", "content": message})
+            path, body = _request_body(self.ep, self.s, history)
+            start = time.monotonic()
+            sample = self.client.stream(path, body)
+            with self.lock:
+                self.samples.append((number, turn, start, time.monotonic(), sample))
+            if not sample["ok"]:
+                return True  # this conversation ends; the load goes on with the next
+            history.append({"role": "assistant", "content": sample.get("text") or ""})
+        return True
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for t in threads:  # in slices: Ctrl-C reaches the main thread
+        while t.is_alive():
+            t.join(0.1)
+
+
+def run_point(ep: Endpoint, s: Settings, shape: Shape, supply: Supply, requests: int, warmup: int, stop: Stop,
+              seed: str) -> dict | None:
+    """One point: warmup + requests requests under `shape`; None when cut short by --duration."""
+    run = _Run(ep, s, warmup + requests, stop)
+    before, metric_errors = read_counters(run.client, ep.metrics_urls)
+    threads: list[threading.Thread] = []
+
+    def spawn(target) -> None:
+        t = threading.Thread(target=target, daemon=True)
+        t.start()
+        threads.append(t)
+
+    if shape.kind == "concurrency":
+        def worker() -> None:
+            while run.conversation(supply.next()):
+                pass
+        for _ in range(int(shape.value)):
+            spawn(worker)
+    else:
+        gaps = random.Random(f"{seed}/arrivals")
+        while run.issued < run.total and not stop.check():
+            spawn(lambda conv=supply.next(): run.conversation(conv))
+            time.sleep(gaps.expovariate(shape.value / s.turns))  # each conversation brings `turns` requests
+    _join(threads)
+    if stop.reason:
+        return None
+    measured = sorted(x for x in run.samples if x[0] >= warmup)
+    if not measured:
+        return None
+    seconds = max(x[3] for x in measured) - min(x[2] for x in measured)
+    point = measure_point([x[4] for x in measured], seconds)
+    ok = point["ok"]
+    point["ttft_ms"], point["latency_ms"] = supported(point["ttft_ms"], ok), supported(point["latency_ms"], ok)
+    after, errs = read_counters(run.client, ep.metrics_urls)
+    turns = {}
+    for x in measured:
+        turns[x[1]] = turns.get(x[1], 0) + 1
+    return {"phase": "load", "instance": ep.name, "engine": ep.engine, "url": ep.url, "api": ep.api,
+            "prompt_tokens": supply.prompt_tokens, "shape": shape.kind, "load": shape.value, "warmup": warmup, "samples": ok, "turn": None,
+            "turns_measured": {str(k): v for k, v in sorted(turns.items())},
+            **point,
+            "cache": cache_summary(counter_delta(before, after)) if (before or after) else None,
+            "metrics_errors": metric_errors + [e for e in errs if e not in metric_errors]}
+
+
+def load_rows(points: list[dict]) -> list[dict]:
+    """Per instance, prompt length and load: the median of its repeats and their spread."""
+    groups: dict[tuple, list[dict]] = {}
+    for p in points:
+        if p.get("phase") == "load":
+            groups.setdefault((p["instance"], p["prompt_tokens"], p["shape"], p["load"]), []).append(p)
+    rows = []
+    for (instance, tokens, shape, load), ps in groups.items():
+        row = {"instance": instance, "prompt_tokens": tokens, "shape": shape, "load": load, "repeats": len(ps),
+               "samples": sum(p["samples"] for p in ps)}
+        for name, get in (("requests_per_s", lambda p: p.get("requests_per_s")),
+                          ("output_tokens_per_s", lambda p: p.get("output_tokens_per_s")),
+                          ("ttft_ms_p50", lambda p: (p.get("ttft_ms") or {}).get("p50")),
+                          ("ttft_ms_p99", lambda p: (p.get("ttft_ms") or {}).get("p99"))):
+            values = [v for v in map(get, ps) if v is not None]
+            row[name] = {"median": round(statistics.median(values), 3), "min": min(values), "max": max(values)} \
+                if values else None
+        rows.append(row)
+    return rows
