@@ -67,6 +67,8 @@ def test_the_aggregate_is_a_bench_result_of_all_hosts():
     rs = bench.aggregate({"a": report(host_result(start=1000.0)), "b": report(host_result(start=1000.0))})
     assert [(r.id, r.category, r.host) for r in rs] == [("bench.aggregate.write", "bench", "(all hosts)"),
                                                          ("bench.aggregate.read", "bench", "(all hosts)")]
+    failed = bench.aggregate({"a": report(host_result()), "b": report(host_result(ok=False))})
+    assert [(r.status, r.category, r.host) for r in failed] == [("fail", "bench", "(all hosts)")] * 2
 
 
 @pytest.fixture

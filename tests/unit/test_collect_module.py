@@ -324,6 +324,8 @@ class Seen:
 
         def fake_read(path, limit=collector.MAX_FILE):
             self.reads.append((path, limit))
+            if isinstance(self.files.get(path), OSError):
+                raise self.files[path]
             if path in self.files:
                 return self.files[path][:limit]
             return read(path, limit)
@@ -409,6 +411,7 @@ def test_a_hosts_without_a_gpu_skips_its_cufile_among_the_managed_files(host):
     out = collector.collect(d, False, 4096, 10, "9.9")
     meta = json.loads(out[bf.COLLECT])
     assert f"files{d['gds']['cufile_path']}" not in set(out) | set(meta["errors"])
+    assert out[f"files{host['conf']}"] == "port = 1\n"  # the files after it are still read
 
 
 def test_a_volume_that_hangs_is_not_probed_again(host, monkeypatch):
@@ -581,3 +584,46 @@ def test_the_metrics_page_probed_is_fetched_once(monkeypatch):
     assert asked == ["http://127.0.0.1:9/metrics"] and metrics == "lmcache_mp_lookup_hit_l2_tokens 7\n"
     collector.probe_service("u", "127.0.0.1", 9, "/health")
     assert asked[1:] == ["http://127.0.0.1:9/health", "http://127.0.0.1:9/metrics"]
+
+
+def test_the_pinned_certificate_is_the_identity_whatever_name_it_carries(tmp_path):
+    from tests.tls import make_cert, pem
+    from tests.unit.test_engine_tls import _serve
+
+    cert, key = make_cert("engine.example", ips=())  # not issued for 127.0.0.1
+    deployed = tmp_path / "engine-tls.crt"
+    deployed.write_text(pem(cert=cert))
+    server = _serve(tmp_path, cert, key)
+    try:
+        status, body, error = collector.http_get(f"https://127.0.0.1:{server.server_port}/metrics",
+                                                 tls=collector.pinned_tls(str(deployed)))
+        assert (status, error) == (200, None) and "prefix_cache_hits" in body
+    finally:
+        server.shutdown()
+
+
+def test_every_directory_on_a_volume_that_hangs_is_passed_over(host, monkeypatch):
+    d, tmp = host["desired"], host["tmp"]
+    mp = tmp / "volX"  # (a mount point ending in X)
+    (mp / "logs").mkdir(parents=True)
+    (tmp / "volXY").mkdir()
+    d["storage"]["mount_point"] = str(mp)
+    d["engine"]["instances"] = []
+    d["dirs"] = [str(mp), str(mp / "logs"), str(tmp / "volXY")]
+    Seen(monkeypatch, scripts={collector.IO_PROBE: (-9, "", "timed out after 10s", True)})
+    dirs = json.loads(collector.collect(d, True, 4096, 10, "9.9")[bf.DIR_MODES])
+    hung = "not run: the KV mount did not answer the I/O probe within 10s (hung mount?)"
+    assert dirs[str(mp)]["error"] == dirs[str(mp / "logs")]["error"] == hung
+    assert dirs[str(tmp / "volXY")]["is_dir"] is True  # beside the mount point, not on it
+
+
+def test_files_that_cannot_be_read(host, monkeypatch):
+    d, tmp = host["desired"], host["tmp"]
+    (tmp / "etc" / "dir.conf").mkdir()
+    d["files"].append(str(tmp / "etc" / "dir.conf"))
+    exists = os.path.exists
+    monkeypatch.setattr(os.path, "exists", lambda p: p == "/etc/fstab" or exists(p))
+    Seen(monkeypatch, files={"/etc/fstab": PermissionError(13, "Permission denied")})
+    errors = json.loads(collector.collect(d, False, 4096, 10, "9.9")[bf.COLLECT])["errors"]
+    assert errors[f"files{tmp}/etc/dir.conf"] == f"[Errno 21] Is a directory: '{tmp}/etc/dir.conf'"
+    assert errors["files/etc/fstab"] == "[Errno 13] Permission denied"

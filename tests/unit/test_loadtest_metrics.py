@@ -132,6 +132,8 @@ def test_labels_at_their_edges():
     assert list(L._labels('="x",a="1"')) == [("", "x"), ("a", "1")]  # a label without a name: the rest kept
     assert list(L._labels('a="')) == [("a", "")]  # the value cut right after its quote
     assert list(L._labels('a="x\\"')) == [("a", 'x"')]  # an escaped quote as the last character
+    assert list(L._labels('a="1"b="2"')) == [("a", "1"), ("b", "2")]  # no separator between two labels
+    assert list(L._labels('X="1",Xb="2"')) == [("X", "1"), ("Xb", "2")]
 
 
 def test_a_points_figures_are_rounded_to_their_places():
@@ -139,3 +141,5 @@ def test_a_points_figures_are_rounded_to_their_places():
     p = L.measure_point(samples, 6.54321)
     assert (p["seconds"], p["requests_per_s"], p["output_tokens_per_s"], p["server_prompt_tokens_mean"]) == (
         6.543, 0.458, 6.113, 100.7)
+    p = L.measure_point(samples, 0.5)  # under a second: rates all the same
+    assert (p["requests_per_s"], p["output_tokens_per_s"]) == (6.0, 80.0)

@@ -61,15 +61,17 @@ def test_a_server_no_gpu_node_mounts_from_warns():
     from kvprov.storage.systems import System
 
     r = cli._clients_result(System("nfs9", "linux", "a"), [])
-    assert (r.status, r.found, r.fix) == ("warn", "no GPU node mounts from it", "list the addresses the GPU nodes "
+    assert (r.id, r.status, r.found, r.fix) == ("storage.clients", "warn", "no GPU node mounts from it", "list the addresses the GPU nodes "
                                           "mount it through in kvprov_storage_data_addresses")
 
 
 def test_every_server_that_could_not_be_read_is_named_in_any_order(inv, monkeypatch):
+    failures = [runner.Failure("nfs1", "Read /proc/fs/nfsd/versions", "permission denied"),
+                runner.Failure("nfs2", "Gathering Facts", "ssh: no route", True)]
+    captured = {}
+
     def fake_run(playbook, sources, **kw):
-        return runner.RunResult(2, None, captured={}, failures=[
-            runner.Failure("nfs1", "Read /proc/fs/nfsd/versions", "permission denied"),
-            runner.Failure("nfs2", "Gathering Facts", "ssh: no route", True)])
+        return runner.RunResult(2, None, captured=captured, failures=failures)
 
     monkeypatch.setattr(runner, "run", fake_run)
     results, unreachable = cli.run(inv)
@@ -77,6 +79,13 @@ def test_every_server_that_could_not_be_read_is_named_in_any_order(inv, monkeypa
     assert by["nfs1", "storage.ssh"].found == "Read /proc/fs/nfsd/versions failed: permission denied"
     assert by["nfs2", "storage.ssh"].found == "unreachable: ssh: no route"
     assert unreachable == ["nfs2"]  # a task that failed is no unreachable server
+    # nfs1 read after all (a later task failed): its failure is passed over, nfs2's still named
+    state = {"versions": b64(VERSIONS_LAB), "portlist": b64(PORTLIST), "exports": {"rc": 0, "stdout": EXPORTFS},
+             "statfs": [{"item": "/kv", "rc": 0, "stdout": STATFS}]}
+    captured["nfs1"] = {"ansible_facts": {"kvprov_storage_state": state}}
+    results, unreachable = cli.run(inv)
+    assert [(r.host, r.found) for r in results if r.id == "storage.ssh"] == [("nfs2", "unreachable: ssh: no route")]
+    assert unreachable == ["nfs2"]
 
 
 def test_an_ontap_system_whose_credentials_cannot_be_used_is_not_unreachable(tmp_path, monkeypatch):

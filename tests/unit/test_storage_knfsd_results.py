@@ -154,3 +154,12 @@ def test_capacity_goes_on_to_inodes_after_a_volume_without_a_size():
     assert (space.status, space.found, inodes.status) == ("pass", "fs: no space limit reported", "fail")
     warn = access.capacity(system, "/kv", None, None, 100, 50, "fs")[0]
     assert (warn.status, warn.fix) == ("warn", "")
+
+
+def test_an_export_is_found_by_its_path_trailing_slash_or_not():
+    exports = "/kvX/\t<world>(sync,wdelay,hide,no_subtree_check,pnfs,sec=sys,rw,insecure,no_root_squash)\n"
+    client = dataclasses.replace(GPU1, export="/kvX")
+    st = good_state(exports=exports, statfs={"/kvX": STATFS})
+    assert judged(st, [client])["export./kvX"].status == "pass"
+    other = dataclasses.replace(GPU1, export="/kv")
+    assert judged(st, [other])["export./kv"].found == "exportfs -v lists no /kv (exports: /kvX/)"

@@ -179,3 +179,64 @@ def test_the_management_address_and_what_is_asked_of_the_cluster(monkeypatch):
     assert fields["/api/protocols/nfs/export-policies"] == {"name", "id", "rules"}
     assert {"enabled", "state", "protocol.v41_enabled", "protocol.v4_id_domain", "transport.rdma_enabled",
             "protocol.v41_features.pnfs_enabled"} <= fields["/api/protocols/nfs/services"]
+
+
+# ---------------------------------------------------------------------------- more edges
+
+def test_the_nfs_service_is_enabled_and_online():
+    def service(**nfs):
+        r = ontap._service(SYSTEM, nfs)
+        return r.id, r.status, r.found, r.fix
+
+    assert service(enabled=True, state="online") == ("nfs.service", "pass", "enabled: True, state: online", "")
+    assert service(enabled=True)[1] == "pass"  # an ONTAP that reports no state
+    assert service(enabled=True, state="offline") == ("nfs.service", "fail", "enabled: True, state: offline",
+                                                      "vserver nfs on -vserver svm1")
+    assert service(enabled=False, state="online")[1] == "fail"
+
+
+def test_what_the_cluster_did_not_report_warns():
+    tcp = Client("gpu2", "10.0.1.11", "/kv", False, 2049, "none", "localdomain", "10.0.2.2")
+    results = {r.id: r for r in ontap._protocol(SYSTEM, {}, [tcp])}
+    assert "nfs.pnfs" not in results and "nfs.rdma" not in results  # no layout, no RDMA: not asked
+    assert (results["nfs.v4.1"].status, results["nfs.v4.1"].found, results["nfs.v4.1"].fix) == (
+        "warn", "protocol.v41_enabled was not reported (an ONTAP older than the property, or a role that may not "
+                "read it)", "check it by hand: vserver nfs show")
+    d = results["nfs.id_domain"]
+    assert (d.status, d.found, d.fix) == ("warn", "protocol.v4_id_domain was not reported",
+                                          "check it by hand: vserver nfs show -fields v4-id-domain")
+
+
+def test_error_messages_without_a_message_and_tls(api):
+    import ssl
+
+    assert api._http_error(http_error(500), "/p") == "https://10.0.0.5:443/p: HTTP 500 Reason"
+    assert api._http_error(http_error(500, b'{"error": {}}'), "/p") == "https://10.0.0.5:443/p: HTTP 500 Reason"
+    e = api._url_error(ssl.SSLError(1, "wrong version number"))
+    assert str(e).startswith("https://10.0.0.5:443: TLS failed: ") and "wrong version number" in str(e)
+    assert not e.unreachable
+    assert ontap.ApiError("m").args == ("m",) and str(ontap.ApiError("m", True)) == "m"
+
+
+def test_the_volume_that_holds_an_export():
+    def found(*paths, export="/vol1/kv"):
+        vols = [{"name": f"v{i}", "nas": {"path": p}} for i, p in enumerate(paths)]
+        v = ontap._volume_of(vols, export)
+        return v and v["name"]
+
+    assert found(None, "relative", "/vol1") == "v2"  # paths that are no junction paths passed over
+    assert found("/vol1/", "/") == "v0" and found("/", "/vol1") == "v1"  # the longest that holds it
+    assert found("/volX", export="/volX/kv") == "v0" and found("/vol", export="/volX/kv") is None
+    assert found("/vol1") == "v0" and found("/vol1", export="/vol1") == "v0" and found("/vol2") is None
+
+
+def test_an_online_volumes_result_has_no_fix():
+    r = exported([rule(1, "10.0.2.1")])["volume./kv.online"]
+    assert (r.status, r.found, r.fix) == ("pass", "volume kv: online", "")
+
+
+def test_a_lif_without_an_address_is_no_lif_of_the_server():
+    assert judged([lif(ip={})])[0] == "fail" and judged([lif(ip=None)])[0] == "fail"
+    assert ontap._lif(SYSTEM, [lif(ip={"address": "fd00::5"})], "[fd00::5]", [RDMA]).status == "pass"
+    assert ontap._lif(SYSTEM, [lif()], "10.0.1.11X", [RDMA]).status == "fail"  # a name, not that address
+    assert ontap._lif(SYSTEM, [lif()], "10.0.1.11", [TCP]).expected == "a data LIF of SVM svm1 at 10.0.1.11, up"
