@@ -434,6 +434,14 @@ def test_the_same_engine_without_the_tier_serves_nothing_from_storage_after_a_re
     [row] = run["replay"]
     print(f"baseline replay after restart: {row}")
     assert row["storage_hit_tokens"] == 0 and row["hit_tokens"].get("vllm_prefix", 0) == 0, row
+    # a concurrency sweep (#26): every point holds its sample size, and percentiles only where it supports them
+    r = kvprov("loadtest", str(baseline), "--concurrency", "1,4", "--requests", "20", "--warmup", "4",
+               "--prompt-tokens", "256", "--turns", "2", "--output-tokens", "8", "--out", str(tmp_path / "load"),
+               timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    load = json.loads((tmp_path / "load" / "loadtest.json").read_text())
+    assert [(p["load"], p["samples"], p["ok"]) for p in load["points"]] == [(1, 20, 20), (4, 20, 20)], load["points"]
+    assert all(p["ttft_ms"]["p90"] is not None and p["ttft_ms"]["p99"] is None for p in load["points"])
     r, results = validate(baseline, tmp_path, "--engine-roundtrip")
     assert r.returncode == 0, r.stdout[-4000:]
     for check in ("storage_env", "storage_dir", "roundtrip"):
