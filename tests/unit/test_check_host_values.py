@@ -395,3 +395,37 @@ def test_cuda_visible_devices_are_indexes_or_uuids_separated_by_commas():
     assert devices("0,1") == devices("GPU-8f3c2a1e-0b1d") == devices("") == []
     assert devices("0;1") == ['error kvprov_engine_instances: instance a: cuda_visible_devices "0;1" must be GPU indexes '
                               'or UUIDs separated by commas, e.g. "0,1"']
+
+
+# ---------------------------------------------------------------------------- where the engine loads code from
+
+def test_a_loader_path_on_the_volume_in_a_world_writable_directory_or_relative_is_refused():
+    def loaders(**env):
+        return problems(kvprov_engine_environment=env)
+
+    why = ": the engine would load code from it; name a root-owned directory"
+    assert loaders(LD_PRELOAD="lib.so") == [f"error kvprov_engine_environment: LD_PRELOAD: lib.so is a relative path{why}"]
+    assert loaders(PYTHONPATH="/opt/ok::/mnt/kvcache/x /tmp/y") == [  # the first bad part of each variable
+        f"error kvprov_engine_environment: PYTHONPATH: /mnt/kvcache/x is on the shared KV volume, which every "
+        f"host's root writes{why}"]
+    assert loaders(LD_LIBRARY_PATH="/usr/lib:/dev/shm/z") == [
+        f"error kvprov_engine_environment: LD_LIBRARY_PATH: /dev/shm/z is in a world-writable directory{why}"]
+    assert loaders(PYTHONPATH="/opt/a:/usr/lib/b /var/lib/c", LD_AUDIT="/opt/x.so") == []
+    assert loaders(OTHER="/tmp/x", HOME="rel") == []  # not a loader variable
+    assert problems(kvprov_engine_environment={"PYTHONPATH": "/mnt/kv2/x"}, kvprov_storage_mount_point="/mnt/kv") == []
+    assert problems(kvprov_engine_environment={"PYTHONSTARTUP": "/mnt/kv/x"}, kvprov_storage_mount_point="/mnt/kv")
+
+
+def test_the_engines_home_is_its_own_local_directory():
+    assert problems(kvprov_engine_home="/var/lib/kvprov-engine") == []
+    for home in ("/", "/usr/local/x", "/etc"):
+        assert problems(kvprov_engine_home=home) == [
+            f"error kvprov_engine_home: {home} is a system directory: the engine user would own and write it; use a "
+            "directory of its own, e.g. /var/lib/kvprov-engine"]
+    assert problems(kvprov_engine_home="/mnt/kvcache/home") == [
+        "error kvprov_engine_home: /mnt/kvcache/home is on the shared KV volume (/mnt/kvcache): any host's root "
+        "could plant the engine's Python packages or configuration there; use a local directory, e.g. "
+        "/var/lib/kvprov-engine"]
+    assert problems(kvprov_engine_home="/mnt/kvcache2/home") == []
+    assert [p for p in problems(kvprov_engine_home="/srv/home", kvprov_storage_mount_point="/")
+            if "kvprov_engine_home" in p] == []  # a mount point of / is refused by itself
