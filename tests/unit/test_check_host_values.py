@@ -429,3 +429,12 @@ def test_the_engines_home_is_its_own_local_directory():
     assert problems(kvprov_engine_home="/mnt/kvcache2/home") == []
     assert [p for p in problems(kvprov_engine_home="/srv/home", kvprov_storage_mount_point="/")
             if "kvprov_engine_home" in p] == []  # a mount point of / is refused by itself
+
+
+def test_names_and_sharing_that_pass():
+    assert problems(ansible_host="gpu1.example.com") == problems(ansible_host="[fd00::1]") == []
+    assert problems(kvprov_engine="lmcache_mp", kvprov_engine_storage_sharing="namespace") == []  # can be shared
+    from kvprov.check.host import HostView
+
+    view = HostView(host(ansible_port=2222, kvprov_engine_port_typo="x"), SPECS)  # no role specs them: as given
+    assert (view.get("ansible_port"), view.get("kvprov_engine_port_typo"), view.get("absent")) == (2222, "x", None)

@@ -203,3 +203,55 @@ def test_a_vars_file_of_no_group_or_host_is_a_warning_at_its_first_line(tmp_path
          "no group gpu-nodes in the inventory: Ansible ignores this file; did you mean gpu_nodes?"),
         (f"{tmp_path}/host_vars/gpu2.yml", 1, "warning",
          "no host gpu2 in the inventory: Ansible ignores this file; did you mean gpu1?")]
+
+
+# ---------------------------------------------------------------------------- rules no other test reached
+
+def test_a_url_with_a_password_among_the_engines_arguments():
+    from kvprov.check import bounds
+
+    found = bounds.secret_arguments(["--model", "https://u:pw@hf.example/m", "--port", "8000"])
+    assert [(f.message.split(";")[0], f.path) for f in found] == [
+        ("item 2: a URL with a password on the command line is readable by every local user (/proc/PID/cmdline)",
+         (1,))]
+    assert bounds.secret_arguments(["https://hf.example/m", "--hf-revision=x"]) == []
+
+
+def test_tls_files_at_their_edges(tmp_path):
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from kvprov.check import values
+    from tests.tls import make_cert, pem
+
+    assert values.tls_cert_file("") == [] and values.tls_key_file("") == [] and values.tls_ca_file("") == []
+    assert [f.message for f in values.tls_cert_file("rel.pem")] == [
+        '"rel.pem" is not an absolute path: start it with /']
+    assert [f.message for f in values.tls_cert_file(str(tmp_path / "none.pem"))] == [
+        f'"{tmp_path}/none.pem" is not a file on this controller (deploy copies a certificate from it)']
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "later")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    later = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+             .serial_number(1).not_valid_before(now + datetime.timedelta(days=2))
+             .not_valid_after(now + datetime.timedelta(days=30)).sign(key, hashes.SHA256()))
+    f = tmp_path / "later.pem"
+    f.write_text(pem(cert=later))
+    f.chmod(0o600)
+    day = later.not_valid_before_utc
+    assert [x.message for x in values.tls_cert_file(str(f))] == [
+        f'"{f}": the certificate is not valid before {day:%Y-%m-%d}']
+    f.chmod(0o644)  # and readable by others: both, the validity first
+    assert [x.message for x in values.tls_cert_file(str(f))] == [
+        f'"{f}": the certificate is not valid before {day:%Y-%m-%d}', f'"{f}" can be read by others on this '
+        "controller: chmod 600 it"]
+    ca = tmp_path / "ca.pem"
+    ca.write_text(pem(cert=make_cert("kvprov test CA")[0]))
+    assert values.tls_ca_file(str(ca)) == []
+    assert [x.message for x in values.tls_ca_file("ca.pem")] == ['"ca.pem" is not an absolute path: start it with /']
+    assert [x.message for x in values.tls_ca_file(str(tmp_path / "none.pem"))] == [
+        f'"{tmp_path}/none.pem" cannot be read on this controller: No such file or directory']

@@ -242,3 +242,31 @@ def test_validate_and_loadtest_take_an_inventory_or_not(tmp_path, two):
     assert r.returncode == EXIT_USAGE and "give an INVENTORY or --url URL (not both)" in r.stderr
     r = kvprov("loadtest", "-i", hosts_ini, "--url", "http://127.0.0.1:9", timeout=60)
     assert r.returncode == EXIT_USAGE and "(not both)" in r.stderr
+
+
+def test_a_vaulted_value_without_its_password_names_where_it_is(tmp_path, monkeypatch):
+    import os
+
+    from tests.unit.test_vault import encrypt, write_inventory
+
+    from kvprov import vault
+
+    for name in [n for n in os.environ if n.startswith("ANSIBLE_VAULT")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(vault, "_cli_ids", [])  # no password from an earlier command line in this process
+    inv = write_inventory(tmp_path, vaulted=True)
+    (tmp_path / "group_vars/gpu_nodes.yml").write_text("kvprov_storage_profile: local\n")
+    with pytest.raises(inventory.InventoryError) as e:  # an inline !vault value: its file and line
+        inventory.load(str(inv))
+    assert (e.value.file, e.value.line, e.value.exit_code) == (str(tmp_path / "group_vars/all.yml"), 1, EXIT_USAGE)
+    assert e.value.detail.startswith("cannot decrypt a vault-encrypted value: ")
+    assert "--vault-password-file FILE, --vault-id [LABEL@]SOURCE, -J/--ask-vault-pass" in e.value.detail
+    (tmp_path / "group_vars/all.yml").write_text("kvprov_engine_model_path: /m\n")
+    (tmp_path / "group_vars/gpu_nodes.yml").write_text(encrypt("a: 1\n"))
+    with pytest.raises(inventory.InventoryError) as e:  # a whole file encrypted: the file, no line
+        inventory.load(str(inv))
+    assert (e.value.file, e.value.line) == (str(tmp_path / "group_vars/gpu_nodes.yml"), None)
+    (tmp_path / "group_vars/gpu_nodes.yml").write_text("a: [\n")  # not a vault error: Ansible's own
+    with pytest.raises(Exception) as e:
+        inventory.load(str(inv))
+    assert "cannot decrypt" not in str(e.value)
