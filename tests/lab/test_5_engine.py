@@ -12,6 +12,7 @@ containers share; the cross-host test moves both engines onto the storage VM's r
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import yaml
 from kvprov import namespace
 from kvprov.lab import inventory, topology
 from kvprov.lab.ssh import ssh, ssh_args
-from tests.conftest import LAB_CONTAINERS, kvprov
+from tests.conftest import LAB_CONTAINERS, ROOT, kvprov
 from tests.tls import engine_tls_files
 
 pytestmark = pytest.mark.lab
@@ -442,6 +443,18 @@ def test_the_same_engine_without_the_tier_serves_nothing_from_storage_after_a_re
     load = json.loads((tmp_path / "load" / "loadtest.json").read_text())
     assert [(p["load"], p["samples"], p["ok"]) for p in load["points"]] == [(1, 20, 20), (4, 20, 20)], load["points"]
     assert all(p["ttft_ms"]["p90"] is not None and p["ttft_ms"]["p99"] is None for p in load["points"])
+    # the comparison with the field's reference client, short form (benchmarks/loadtest_vs_reference.py; #26):
+    # both clients ran the same requests, and the engine's own histogram counted each side's
+    ref = tmp_path / "reference.json"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "loadtest_vs_reference.py"), "--inventory", str(baseline),
+                        "--tokenizer", str(topology.models_dir() / topology.TINY_MODEL), "--concurrency", "1,4",
+                        "--requests", "20", "--warmup", "2", "--rounds", "1", "--json", str(ref)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    print(r.stdout)
+    runs = json.loads(ref.read_text())["runs"]
+    assert sorted((x["concurrency"], x["side"], x["n"], x["engine_requests"]) for x in runs) == [
+        (1, "kvprov", 20, 22), (1, "reference", 20, 22), (4, "kvprov", 20, 22), (4, "reference", 20, 22)], runs
     r, results = validate(baseline, tmp_path, "--engine-roundtrip")
     assert r.returncode == 0, r.stdout[-4000:]
     for check in ("storage_env", "storage_dir", "roundtrip"):

@@ -90,3 +90,45 @@ def test_other_answers_fail_at_once_and_the_wait_has_an_end():
     with pytest.raises(lt.EndpointError, match=r"^GET /v1/models: HTTP 503"):  # 0: no wait at all
         lt.wait_ready(ep, 5, 0)
     server.shutdown()
+
+
+def streaming_server(close_silently: bool = False):
+    """An HTTP/1.1 server streaming chat completions with chunked encoding and keep-alive; it
+    records the client port of every request. close_silently: it closes each connection after
+    the answer without saying so (as a server's keep-alive timeout does)."""
+    ports = []
+
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            ports.append(self.client_address[1])
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for event in ({"choices": [{"delta": {"content": "hi"}}]},
+                          {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}):
+                data = b"data: " + json.dumps(event).encode() + b"\n\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.write(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+            self.close_connection = close_silently
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, ports
+
+
+@pytest.mark.parametrize("close_silently", [False, True])
+def test_streamed_requests_keep_their_connection_and_survive_a_server_closing_it(close_silently):
+    server, ports = streaming_server(close_silently)
+    client = lt.Client(lt.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}"), 5)
+    results = [client.stream("/v1/chat/completions", {"messages": []}) for _ in range(4)]
+    server.shutdown()
+    assert all(r["ok"] and r["text"] == "hi" and r["output_tokens"] == 1 for r in results), results
+    # kept alive: one connection for the four; closed by the server: each one on a new connection, none failed
+    assert len(set(ports)) == (4 if close_silently else 1) and len(ports) == 4
