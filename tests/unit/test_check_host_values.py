@@ -438,3 +438,65 @@ def test_names_and_sharing_that_pass():
 
     view = HostView(host(ansible_port=2222, kvprov_engine_port_typo="x"), SPECS)  # no role specs them: as given
     assert (view.get("ansible_port"), view.get("kvprov_engine_port_typo"), view.get("absent")) == (2222, "x", None)
+
+
+def test_the_accounts_deploy_never_takes_over():
+    from kvprov.check import bounds
+
+    base = ("daemon bin sys sync games man lp mail news uucp proxy www-data backup list irc gnats nobody nogroup "
+            "systemd-network systemd-resolve systemd-timesync systemd-journal messagebus sshd _apt")  # base-passwd
+    rhel = "adm shutdown halt operator ftp polkitd dbus rpc rpcuser statd _rpc nfsnobody"  # RHEL's setup, NFS
+    daemons = "postfix chrony ntp tss"
+    cloud = "admin ubuntu debian ec2-user centos cloud-user ansible"  # cloud images' login users, Ansible's
+    for name in f"{base} {rhel} {daemons} {cloud}".split():
+        [f] = bounds.engine_user(name)
+        assert f.message.startswith(f'"{name}" is an account of the system or of another service: '), name
+    assert bounds.engine_user("kvprov-engine") == [] and bounds.engine_user("root") == []  # (root: user_name's)
+
+
+def test_host_rules_name_their_variable_and_pass_over_what_other_rules_refuse():
+    assert problems(ansible_host="evil:80/x?") == [
+        'error ansible_host: "evil:80/x?" is not an address or a DNS name (a port goes in ansible_port): kvprov '
+        "builds URLs from it and sends the engine's API key there"]
+    assert problems(kvprov_engine_host="gpu1.example.com") == [  # not an address: no exposure rule on top
+        'error kvprov_engine_host: "gpu1.example.com" is not an IP address to listen on (e.g. 127.0.0.1, or 0.0.0.0 '
+        "for every interface)"]
+    assert problems(kvprov_engine_instances=[{"name": "a", "port": 8000}, "junk"]) == [
+        'error kvprov_engine_instances: item 2: expected a mapping, got the string "junk"']
+
+
+def test_lmcache_mp_page_and_pool_sizes_with_their_fixes():
+    mp = {"kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l2_type": "nixl_store"}
+
+    def found(**values):
+        return {p.split(": ", 1)[0]: p.split(": ", 1)[1] for p in problems(**mp, **values) if p.startswith("error")}
+
+    assert found(kvprov_lmcache_mp_l1_size_gb=1.1)["error kvprov_lmcache_mp_l1_size_gb"].endswith("use e.g. 1.0")
+    assert found(kvprov_lmcache_mp_l1_size_gb=2.3)["error kvprov_lmcache_mp_l1_size_gb"].endswith("use e.g. 2.25")
+    assert found(kvprov_lmcache_mp_l1_size_gb=0.1)["error kvprov_lmcache_mp_l1_size_gb"].endswith("use e.g. 0.25")
+    assert found(kvprov_lmcache_mp_nixl_file_size=5000)["error kvprov_lmcache_mp_nixl_file_size"].endswith(
+        "use 4096")
+    pool = {"kvprov_lmcache_mp_l2_size_gb": 1, "kvprov_lmcache_mp_nixl_file_size": 250_000_000}
+    assert "error kvprov_lmcache_mp_nixl_pool_size" not in found(**pool, kvprov_lmcache_mp_nixl_pool_size=4)  # exactly
+    assert found(**pool, kvprov_lmcache_mp_nixl_pool_size=3)["error kvprov_lmcache_mp_nixl_pool_size"].endswith(
+        "set pool_size to at least 4")
+
+
+def test_secret_looking_names_with_a_flag_value_and_s3_keys_are_left_alone():
+    from kvprov.check import bounds
+
+    for flag in ("", "0", "1", "true", "false", "yes", "no", "on", "off", "none", " On "):
+        assert bounds.secret_environment({"HF_HUB_DISABLE_IMPLICIT_TOKEN": flag}) == [], flag
+    assert [f.path for f in bounds.secret_environment({"HF_HUB_DISABLE_IMPLICIT_TOKEN": "2"})] == [
+        ("HF_HUB_DISABLE_IMPLICIT_TOKEN",)]
+    assert bounds.secret_environment({"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s",
+                                      "aws_session_token": "t"}) == []  # check.s3_secrets_in_environment's
+
+
+def test_loader_paths_after_other_variables_and_on_a_volume_at_the_root():
+    why = ": the engine would load code from it; name a root-owned directory"
+    assert problems(kvprov_engine_environment={"OTHER": "/x", "PYTHONPATH": "rel"}) == [
+        f"error kvprov_engine_environment: PYTHONPATH: rel is a relative path{why}"]
+    assert f"error kvprov_engine_environment: PYTHONPATH: /opt/x is on the shared KV volume, which every host's root " \
+           f"writes{why}" in problems(kvprov_engine_environment={"PYTHONPATH": "/opt/x"}, kvprov_storage_mount_point="/")
+    assert [p for p in problems(kvprov_engine_home=5) if not p.startswith("error kvprov_engine_home: ")] == []

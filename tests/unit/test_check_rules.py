@@ -215,6 +215,13 @@ def test_a_url_with_a_password_among_the_engines_arguments():
         ("item 2: a URL with a password on the command line is readable by every local user (/proc/PID/cmdline)",
          (1,))]
     assert bounds.secret_arguments(["https://hf.example/m", "--hf-revision=x"]) == []
+    [f] = bounds.secret_arguments(["--port", "8000", "--api-key", "k"])
+    assert (f.message.split(";")[0], f.path) == (
+        'item 3: "--api-key" takes a secret: on the command line it is readable by every local user '
+        "(/proc/PID/cmdline, ps) and lands in the unit, bundles and diffs", (2,))
+    assert [f.path for f in bounds.secret_environment({"AWS_ACCESS_KEY_ID": "AKIA", "HF_TOKEN": "hf_x",
+                                                        "PROXY": "http://u:pw@proxy:3128"})] == [("HF_TOKEN",),
+                                                                                                 ("PROXY",)]
 
 
 def test_tls_files_at_their_edges(tmp_path):

@@ -264,3 +264,12 @@ def test_a_storage_tier_exactly_as_large_as_its_dram_tier_says_nothing():
     assert tiers.storage_below_dram(view(**vo, kvprov_engine_evict_max_bytes=10 ** 9)) == []
     assert [p.severity for p in tiers.storage_below_dram(view(**vo, kvprov_engine_evict_max_bytes=10 ** 9 - 1))] == [
         "warning"]
+
+
+def test_the_old_instance_list_is_the_one_counted_where_the_inventory_sets_it():
+    three = [{"name": f"i{n}", "port": 8000 + n} for n in range(3)]
+    host = check.host_from_values("gpu1", {"kvprov_storage_server": "10.0.0.5", "kvprov_engine_install": True,
+                                           "kvprov_sglang_instances": three, "kvprov_sglang_hicache_size": 100,
+                                           "kvprov_host_memory_mb": 1024}, DEFAULTS)
+    [p] = [p for p in check.check_host_values(host, SPECS) if p.variable == "kvprov_sglang_hicache_size"]
+    assert "x 3 instance(s) (i0, i1, i2)" in p.message
