@@ -52,6 +52,7 @@ sys.argv = ["vllm", *sys.argv[1:]]
 main()
 """
 HISTOGRAM = "vllm:time_to_first_token_seconds"
+RUN = f"{time.time_ns():x}"  # this invocation: no prompt of an earlier one is sent again
 
 
 def engine_state(client: lt.Client, metrics_url: str) -> tuple[dict[float, float], dict[str, float]]:
@@ -73,13 +74,14 @@ def engine_state(client: lt.Client, metrics_url: str) -> tuple[dict[float, float
 
 
 def prompts_file(args, c: int, rnd: int, out: Path) -> Path:
-    """Prompts from kvprov's own generator (its seed for this run, not kvprov's: no prompt twice)
+    """Prompts from kvprov's own generator (seeds of this invocation only: an engine keeps its
+    prefix cache from one run to the next, and a prompt sent before would be served from it)
     for `vllm bench serve --dataset-name custom`: the same kind of text and length both sides."""
     counter = lt.TokenCounter(str(Path(args.tokenizer) / "tokenizer.json"))
     path = out / "prompts.jsonl"
     with path.open("w") as f:
         for i in range(args.warmup + args.requests + 1):  # the warm-ups, the requests, its first test request
-            [conv] = lt.make_conversations(counter, args.prompt_tokens, 1, 1, 0, f"reference-{rnd}-{c}/{i}")
+            [conv] = lt.make_conversations(counter, args.prompt_tokens, 1, 1, 0, f"reference-{RUN}-{rnd}-{c}/{i}")
             f.write(json.dumps({"prompt": conv.messages[0], "output_tokens": args.output_tokens}) + "\n")
     return path
 
@@ -105,7 +107,7 @@ def run_kvprov(url: str, args, c: int, out: Path) -> dict:
     cmd = [sys.executable, "-m", "kvprov", "loadtest", "--url", url, "--concurrency", str(c), "--requests",
            str(args.requests), "--warmup", str(args.warmup), "--turns", "1", "--prompt-tokens", str(args.prompt_tokens),
            "--output-tokens", str(args.output_tokens), "--tokenizer", args.tokenizer, "--api", "chat",
-           "--seed", f"ref-{c}-{time.monotonic_ns()}", "--out", str(out)]
+           "--seed", f"kvprov-{RUN}-{c}-{out.name}", "--out", str(out)]
     cmd += ["--cacert", args.cacert] if args.cacert else []
     cmd += ["--api-key-file", args.api_key_file] if args.api_key_file else []
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
