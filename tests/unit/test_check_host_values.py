@@ -500,3 +500,22 @@ def test_loader_paths_after_other_variables_and_on_a_volume_at_the_root():
     assert f"error kvprov_engine_environment: PYTHONPATH: /opt/x is on the shared KV volume, which every host's root " \
            f"writes{why}" in problems(kvprov_engine_environment={"PYTHONPATH": "/opt/x"}, kvprov_storage_mount_point="/")
     assert [p for p in problems(kvprov_engine_home=5) if not p.startswith("error kvprov_engine_home: ")] == []
+
+
+def test_every_system_directory_loader_variable_and_world_writable_directory():
+    system = ("/etc /usr /bin /sbin /lib /lib32 /lib64 /libx32 /boot /proc /sys /dev /run /root /var/lib/dpkg "
+              "/var/lib/apt /var/log /var/spool /var/cache /opt/nvidia /tmp /var/tmp").split()
+    for d in system:
+        assert problems(kvprov_engine_home=f"{d}/engine")[0].startswith(
+            f"error kvprov_engine_home: {d}/engine is a system directory"), d
+    loaders = ("LD_PRELOAD LD_LIBRARY_PATH LD_AUDIT PYTHONPATH PYTHONHOME PYTHONSTARTUP PYTHONUSERBASE "
+               "PYTHONPYCACHEPREFIX PATH CUDA_HOME TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR VLLM_CACHE_ROOT HF_HOME "
+               "HF_MODULES_CACHE").split()
+    for key in loaders:
+        assert problems(kvprov_engine_environment={key: "rel"}) == [
+            f"error kvprov_engine_environment: {key}: rel is a relative path: the engine would load code from it; "
+            "name a root-owned directory"], key
+    for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/shm"):
+        assert problems(kvprov_engine_environment={"PYTHONPATH": f"{d}/x"}) == [
+            f"error kvprov_engine_environment: PYTHONPATH: {d}/x is in a world-writable directory: the engine would "
+            "load code from it; name a root-owned directory"], d
