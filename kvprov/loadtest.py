@@ -1036,7 +1036,7 @@ def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, To
                      f"{p['repeat']}/{s.repeats}: {p['ok']}/{p['requests']} ok (after {p['warmup']} warm-up), "
                      f"{p['requests_per_s'] or 0:.2f} req/s, {p['output_tokens_per_s'] or 0:.1f} output tok/s, "
                      f"TTFT p50 " + (f"{ttft:.0f} ms" if ttft is not None else "-")
-                     + " p99 " + (f"{p99:.0f} ms" if p99 is not None else f"- (needs 100 requests)")
+                     + " p99 " + (f"{p99:.0f} ms" if p99 is not None else "- (needs 100 requests)")
                      + (f"; first error: {p['first_error']}" if p["first_error"] else ""))
             return
         progress(f"[{done[0]}/{total}] {p['instance']} {p['phase']} {p['prompt_tokens']} tokens, turn {p['turn']}/{s.turns}: "
