@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 
-from kvprov import audit, check, inventory, lock, runner
+from kvprov import audit, check, deployed_secrets, inventory, lock, runner
 from kvprov.converge import converge, exit_code
 from kvprov.errors import EXIT_USAGE, KvprovError
 from kvprov.validate.result import FAIL
@@ -51,11 +51,20 @@ def cmd_deploy(args) -> int:
         runner.refuse_link(args.json, "--json")  # before anything runs (write_json checks again)
     with lock.inventory_lock(sources, command):
         todo, clean = ([], []) if args.full else audit_first(sources, args.limit)
+        rotated = deployed_secrets.changed(sources, clean)  # the audit does not see secrets' contents
+        if rotated:
+            print(f"deploy: {len(rotated)} audited-clean host(s) have secret files other than those last deployed to "
+                  f"them from this controller (or none recorded): converged too: {runner.shorten(rotated)}",
+                  file=sys.stderr)
+            todo, clean = sorted(todo + rotated), [h for h in clean if h not in rotated]
         result = runner.RunResult(rc=0, artifacts=None)  # every host clean: nothing to run
         if args.full or todo:
             result = converge(sources, command, args.limit if args.full else ",".join(todo), check=args.check,
                               diff=args.diff or args.check, tags=args.tags, allow_remount=args.allow_remount,
                               stop_engines=args.stop_engines)
+            if not args.check and (args.tags is None or "engine" in args.tags.split(",")):
+                deployed_secrets.save(sources, [h for h, st in result.hosts.items()
+                                                if not st.failed and not st.unreachable])
     if args.diff or args.check:
         print(runner.format_diffs(result) or "\nno file would change" if args.check else runner.format_diffs(result))
     if result.hosts or result.failures:
