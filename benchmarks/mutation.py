@@ -20,7 +20,7 @@ mutated copy instead; anything else that goes wrong while planting is an error.
 The record (benchmarks/results/mutation-record.json, committed) keeps, per target file, the
 hash of what was mutated, its figures and its survivors; every run updates the files it ran
 and rewrites benchmarks/results/mutation.txt from the whole record. `--stale` runs only the
-files whose hash no longer matches (benchmarks/test_mutation_record.py fails until then).
+files whose hash no longer matches (tests/unit/test_mutation_record.py fails until then).
 
 Everything runs on private copies of the checkout in a temporary directory, one per job:
 the checkout itself is never written to, even if the run is interrupted.
@@ -69,7 +69,7 @@ EQUIVALENT = ROOT / "benchmarks/mutation-equivalent.txt"
 RESULTS = ROOT / "benchmarks/results"
 # The committed record: per target file, the hash of what was mutated and that file's figures
 # and survivors. Every run updates the files it ran; --stale runs the files whose hash changed;
-# benchmarks/test_mutation_record.py fails while a target file differs from its record.
+# tests/unit/test_mutation_record.py fails while a target file differs from its record.
 RECORD = RESULTS / "mutation-record.json"
 SUMMARY = RESULTS / "mutation.txt"
 REFRESH = "python3 benchmarks/mutation.py --stale --jobs 1"
@@ -86,10 +86,12 @@ TESTS_FOR = {
                         "test_config_only_engine.py"],
     "kvprov/check": ["test_check*.py", "test_inventory*.py", "test_preflight.py", "test_storage_check_rules.py",
                      "test_secrets.py", "test_engine_configs.py", "test_host_tiers.py", "test_lmcache_tiers.py",
-                     "test_ansible_cli.py", "test_evict_units.py", "test_namespace.py", "test_type_conversion.py"],
+                     "test_ansible_cli.py", "test_evict_units.py", "test_namespace.py", "test_type_conversion.py",
+                     "test_sinks.py", "test_engine_tls.py"],
     "kvprov/inventory.py": ["test_inventory*.py", "test_limit_file.py", "test_check*.py", "test_preflight.py",
                             "test_storage_check_rules.py", "test_secrets.py", "test_engine_configs.py",
-                            "test_host_tiers.py", "test_lab_inventory.py", "test_type_conversion.py"],
+                            "test_host_tiers.py", "test_lab_inventory.py", "test_type_conversion.py", "test_sinks.py",
+                            "test_vault.py"],
     "plugins/modules/kvprov_mount_state.py": ["test_mount_state*.py", "test_validate_*.py",
                                               "test_audit*.py", "test_testinfra_checks.py",
                                               "test_parsers*.py", "test_checks_*.py"],
@@ -833,7 +835,8 @@ def main() -> int:
                     + ", ".join(MODULES) + ")")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--max-tests", type=int, default=100, metavar="N",
-                    help="run at most N of the tests that execute the line of a mutant in a function, the module's "
+                    help="run at most N of the tests that execute the line of a mutant (for one at module level: "
+                         "of the tests that run the module or read the constant), the module's "
                          "own test files first, then the fastest (default "
                          "100: the fast rule tests execute most of check.py and would take every slot of a lower cap; a killed "
                          "mutant stops at its first failing test, so the cap costs time on survivors only)")
@@ -981,8 +984,9 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
             own = Path(rel).stem.removeprefix("kvprov_")  # the module's own test files first (test_mountstats*.py ...)
             m.run = sorted(chosen, key=lambda n: (own not in n.split("::")[0].rsplit("/", 1)[-1],
                                                   durations.get(n, 1.0), n))
-            if m.scope != "<module>":  # a module-level one runs all: its tests are not chosen by line
-                m.run = m.run[:args.max_tests]
+            # a module-level one is capped too (its tests are every test that runs the module, or every
+            # reader of the constant: hundreds for kvprov/check/values.py, minutes per survivor otherwise)
+            m.run = m.run[:args.max_tests]
             todo.append(m)
     if slow:
         print(f"mutation: {len(slow)} tests slower than {SLOW:.0f} s are left out: {', '.join(slow)}", flush=True)
