@@ -69,6 +69,8 @@ def test_the_aggregate_is_a_bench_result_of_all_hosts():
                                                          ("bench.aggregate.read", "bench", "(all hosts)")]
     failed = bench.aggregate({"a": report(host_result()), "b": report(host_result(ok=False))})
     assert [(r.status, r.category, r.host) for r in failed] == [("fail", "bench", "(all hosts)")] * 2
+    apart = bench.aggregate({"a": report(host_result(start=1000.0)), "b": report(host_result(start=1100.0))})
+    assert [(r.status, r.category, r.host) for r in apart] == [("warn", "bench", "(all hosts)")] * 2
 
 
 @pytest.fixture

@@ -248,3 +248,20 @@ def test_cmd_check_with_a_limit_reports_only_those_hosts_and_writes_no_json_thro
     with pytest.raises(KvprovError, match=r"^--json \S+ is a symbolic link"):
         check.cmd_check(args(json=str(link)))
     assert not (tmp_path / "elsewhere.json").exists()
+
+
+def test_storage_dirs_only_of_valid_first_names_and_a_local_clash_says_so():
+    def one(*instances, **values):
+        return found(fleet({"a": {**NFS, **values, "kvprov_engine_instances": list(instances)}}))
+
+    d = "/mnt/kvcache/d"
+    assert one({"name": "x", "port": 8000}, {"name": "x", "port": 8001}) == [
+        'error a kvprov_engine_instances: instance 2: name "x" is already used by instance 1']
+    for bad, shown in (("Bad Name", 'the string "Bad Name"'), (5, "the number 5")):
+        assert one({"name": bad, "port": 8000, "storage_dir": d}, {"name": "y", "port": 8001, "storage_dir": d}) == [
+            "error a kvprov_engine_instances: instance 1: name must be lower-case letters, digits, _ or - (it names "
+            f"the unit and the storage directory), got {shown}"]
+    [clash] = one({"name": "x", "port": 8000, "storage_dir": d}, {"name": "y", "port": 8001, "storage_dir": d},
+                  kvprov_storage_profile="local", kvprov_storage_pnfs_layout="none")
+    assert clash.startswith("error a kvprov_engine_instances: instance y: storage dir /mnt/kvcache/d is also host a "
+                            "instance x's storage dir on the local disk: NIXL's clear() would wipe the other's files")
