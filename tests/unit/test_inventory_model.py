@@ -119,3 +119,40 @@ def test_the_inventory_arguments_of_every_command():
     inventory.add_inventory_args(other, required=False, help="what the bundles are judged against")
     assert "what the bundles are judged against" in other.format_help()
     assert inventory.from_args(other.parse_args([])) == []
+
+
+def test_the_models_records_are_frozen_values():
+    import dataclasses
+
+    import pytest
+
+    origin = inventory.Origin("inv.yml", 3)
+    var = inventory.Var("kvprov_x", 1, origin)
+    setting = inventory.Setting(var, host="gpu1")
+    for record, field in ((origin, "line"), (var, "value"), (setting, "host")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(record, field, None)
+    assert len({origin, inventory.Origin("inv.yml", 3)}) == 1 and origin.default is False
+    import yaml
+
+    node = yaml.compose("1")
+    assert inventory.Var("kvprov_x", 1, origin, node) == var  # the YAML node is no part of the value
+
+
+def test_from_args_configures_the_vault_and_ansible_once_a_command(monkeypatch):
+    import argparse
+
+    from kvprov import ansible_cli, vault
+
+    calls = []
+    monkeypatch.setattr(vault, "configure", lambda args: calls.append("vault"))
+    monkeypatch.setattr(ansible_cli, "configure", lambda args: calls.append("ansible"))
+    args = argparse.Namespace(inventory="a.yml", more_inventory=["b.yml"], inventory_required=True)
+    assert inventory.from_args(args) == ["a.yml", "b.yml"] and calls == ["vault", "ansible"]
+    assert args.ansible_configured is True
+    assert inventory.from_args(args) == ["a.yml", "b.yml"] and calls == ["vault", "ansible"]  # not again
+
+
+def test_a_limit_and_a_host_list_source():
+    assert inventory.limit_patterns(None) is None and inventory.limit_patterns("") == ""
+    assert inventory.hosts_matching(["gpu1,gpu2,"], "gpu1") == {"gpu1"}  # a host list, no file: as Ansible takes it
