@@ -265,3 +265,21 @@ def test_storage_dirs_only_of_valid_first_names_and_a_local_clash_says_so():
                   kvprov_storage_profile="local", kvprov_storage_pnfs_layout="none")
     assert clash.startswith("error a kvprov_engine_instances: instance y: storage dir /mnt/kvcache/d is also host a "
                             "instance x's storage dir on the local disk: NIXL's clear() would wipe the other's files")
+
+
+def test_hosts_of_one_namespace_compare_each_flag_either_gives_and_across_data_lifs():
+    from tests.unit.test_namespace import VLLM
+
+    where = ("which shares the namespace /mnt/kvcache/kv/vllm_offload/Qwen-Qwen3-8B on 10.0.0.5:/kvcache: the engine "
+             "names its files by it, so neither host would ever hit the other's pages; make them equal, or give "
+             "these hosts their own kvprov_engine_namespace")
+    a = {**VLLM, "kvprov_engine_extra_args": ["--kv-cache-dtype", "fp8"]}
+    assert found(fleet({"a": a, "b": {**VLLM}})) == [  # a flag only one host gives; where a set it: not known here
+        f"error b kvprov_engine_extra_args: --kv-cache-dtype (not given) differs from host a's fp8, {where}"]
+    block = f"error b kvprov_vllm_offload_block_size: 32 differs from host a's 256 (a role default), {where}"
+    assert found(fleet({"a": VLLM, "b": {**VLLM, "kvprov_vllm_offload_block_size": "{{ bs }}"}})) == []  # a template
+    two = [{"name": "m1", "port": 8000}, {"name": "m2", "port": 8001}]  # a's own two instances first
+    assert found(fleet({"a": {**VLLM, "kvprov_engine_instances": two},
+                        "b": {**VLLM, "kvprov_vllm_offload_block_size": 32}})) == [block]
+    assert found(fleet({"a": VLLM, "b": {**VLLM, "kvprov_storage_server": "10.0.0.6",  # another LIF of the SVM
+                                         "kvprov_vllm_offload_block_size": 32}})) == [block]
