@@ -90,3 +90,42 @@ def test_a_secret_file_that_cannot_be_read_says_why_without_the_path_twice():
 def test_a_storage_dir_that_is_no_string():
     assert check.storage_dir_errors(5) == ["expected a string, got the number 5"]
     assert check.storage_dir_errors(None) == ['expected a string, got nothing (null): give a value, or "" for empty']
+
+
+# every integer variable's range, at both edges (the table kvprov check holds, written out)
+RANGES = [
+    ("kvprov_storage_nfs_port", 0, 65535, " (0 takes the profile's port: 20049 RDMA, 2049 TCP)"),
+    ("kvprov_storage_rsize", 4096, 1048576, ""), ("kvprov_storage_wsize", 4096, 1048576, ""),
+    ("kvprov_storage_max_connect", 1, 16, ""), ("kvprov_storage_nconnect", 0, 16, " (0 leaves nconnect unset)"),
+    ("kvprov_storage_mount_timeout", 1, None, " (seconds)"),
+    ("kvprov_host_memory_mb", 0, None, " (MiB of host memory, MemTotal; 0: read on the host by the preflight)"),
+    ("kvprov_sglang_tp_size", 1, None, ""), ("kvprov_sglang_page_size", 1, None, ""),
+    ("kvprov_sglang_hicache_size", 0, None, " (GB of host DRAM per TP rank)"),
+    ("kvprov_bench_model_layers", 1, None, ""), ("kvprov_bench_model_kv_heads", 1, None, ""),
+    ("kvprov_bench_model_head_dim", 1, None, ""), ("kvprov_bench_files", 1, None, ""),
+    ("kvprov_bench_seconds", 1, None, " (seconds per pass)"),
+    ("kvprov_bench_concurrency", 0, 1024, " (0 takes the NIXL plugin's thread_count)"),
+    ("kvprov_engine_uid", 0, 2**31 - 1, " (0: any)"), ("kvprov_engine_hash_seed", 0, 4294967295, ""),
+    ("kvprov_deploy_max_fail_percentage", 0, 100, " (percent of a batch)"),
+    ("kvprov_vllm_block_size", 1, None, ""), ("kvprov_vllm_tensor_parallel_size", 1, None, ""),
+    ("kvprov_vllm_max_model_len", 0, None, " (0: the model's own)"),
+    ("kvprov_vllm_offload_cpu_bytes_to_use", 0, None, ""), ("kvprov_vllm_offload_block_size", 1, None, ""),
+    ("kvprov_vllm_offload_read_threads", 1, None, ""), ("kvprov_vllm_offload_write_threads", 1, None, ""),
+    ("kvprov_vllm_offload_shm_headroom_bytes", 0, None, ""),
+    ("kvprov_lmcache_mp_nixl_file_size", 4096, None, " (bytes; at least one KV chunk)"),
+    ("kvprov_lmcache_mp_nixl_pool_size", 1, None, ""), ("kvprov_lmcache_inproc_chunk_size", 1, None, ""),
+    ("kvprov_lmcache_inproc_nixl_pool_size", 1, None, ""), ("kvprov_lmcache_inproc_gds_buffer_size", 1, None, " (MiB)"),
+]
+
+
+def test_every_integer_range_at_its_edges():
+    from kvprov.check.values import VALUE_RULES, Finding
+
+    for name, lo, hi, note in RANGES:
+        rule = VALUE_RULES[name]
+        span = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        assert rule(lo) == [], name
+        assert rule(lo - 1) == [Finding(f"{lo - 1} is out of range: must be {span}{note}")], name
+        if hi is not None:
+            assert rule(hi) == [] and rule(hi + 1) == [Finding(f"{hi + 1} is out of range: must be {span}{note}")], name
+    assert VALUE_RULES["kvprov_storage_rsize"](8192 + 1) == [Finding("8193 is not a multiple of 4096: use e.g. 8192")]
