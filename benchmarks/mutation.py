@@ -774,6 +774,26 @@ def trace(copy: Path, files: list[str], tests: list[str], tmp: Path) -> None:
         raise SystemExit("mutation: tracing the unit tests failed (above)")
 
 
+def reader_lines(copy: Path, rel: str) -> dict[int, set[int]]:
+    """line of a module-level assignment -> the lines of the module's functions (and methods)
+    that read a name it binds: whoever else imports the name, these are the tests to try first."""
+    tree = ast.parse((copy / rel).read_text())
+    functions = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    functions += [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body
+                  if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    loads = {f: {n.id for n in ast.walk(f) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+             for f in functions}
+    out: dict[int, set[int]] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            names = {t.id for t in targets if isinstance(t, ast.Name)}
+            lines = {ln for f in functions if loads[f] & names for ln in range(f.lineno, f.end_lineno + 1)}
+            for ln in range(stmt.lineno, stmt.end_lineno + 1):
+                out[ln] = lines
+    return out
+
+
 def module_level(copy: Path, rel: str, elsewhere: str) -> dict[int, tuple[list, list | None]]:
     """line of a module-level statement -> (the line ranges whose tests can see a mutant in it,
     the statements to run again to plant it, or None for a fresh import). For a constant: the
@@ -957,6 +977,7 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
         elsewhere = "\n".join(p.read_text() for p in sorted((copies[0] / "kvprov").rglob("*.py"))
                               if str(p.relative_to(copies[0])) != rel)
         planted = module_level(copies[0], rel, elsewhere)
+        readers = reader_lines(copies[0], rel)
         own_stem = Path(rel).stem.removeprefix("kvprov_")
         # a test of the module's own test files may read a constant only (the import that runs
         # the assignment is not traced to any test): every module-level mutant runs them too
@@ -982,7 +1003,11 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
                 continue
             m.tests = len(chosen)
             own = Path(rel).stem.removeprefix("kvprov_")  # the module's own test files first (test_mountstats*.py ...)
-            m.run = sorted(chosen, key=lambda n: (own not in n.split("::")[0].rsplit("/", 1)[-1],
+            # for a module-level one, the tests that run a function reading the names its statement
+            # binds come before all others (they are the ones that can see it, and the cap below keeps them)
+            near = set().union(*(by_line.get(key, {}).get(ln, set()) for key in ("lines", "subprocess_lines")
+                                 for ln in readers.get(m.line, ()))) if m.scope == "<module>" else set()
+            m.run = sorted(chosen, key=lambda n: (n not in near, own not in n.split("::")[0].rsplit("/", 1)[-1],
                                                   durations.get(n, 1.0), n))
             # a module-level one is capped too (its tests are every test that runs the module, or every
             # reader of the constant: hundreds for kvprov/check/values.py, minutes per survivor otherwise)
