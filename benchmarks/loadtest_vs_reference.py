@@ -52,6 +52,7 @@ sys.argv = ["vllm", *sys.argv[1:]]
 main()
 """
 HISTOGRAM = "vllm:time_to_first_token_seconds"
+PREFIX_CACHE = {"vllm:prefix_cache_hits_total": "hits", "vllm:prefix_cache_queries_total": "queries"}
 RUN = f"{time.time_ns():x}"  # this invocation: no prompt of an earlier one is sent again
 
 
@@ -68,8 +69,8 @@ def engine_state(client: lt.Client, metrics_url: str) -> tuple[dict[float, float
             le = dict(labels)["le"]
             bound = float("inf") if le == "+Inf" else float(le)
             buckets[bound] = buckets.get(bound, 0.0) + value
-        elif name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"):
-            cache[name.split("_")[-2]] += value
+        elif name in PREFIX_CACHE:
+            cache[PREFIX_CACHE[name]] += value
     return buckets, cache
 
 

@@ -77,6 +77,8 @@ def digests(sources: list[str], hosts: list[str]) -> dict[str, str | None]:
 
 def changed(sources: list[str], hosts: list[str]) -> list[str]:
     """The hosts whose secret files are not (known to be) the ones last deployed to them."""
+    if not hosts:  # deploy --full, or no host audited clean: nothing to read
+        return []
     try:
         recorded = json.loads(_record(sources).read_text())
     except (OSError, ValueError):

@@ -1031,8 +1031,10 @@ def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, To
         result["points"].append(p)
         ttft = p["ttft_ms"]["p50"]
         if p["phase"] == "load":
+            from kvprov.loadtest_shapes import load_label
+
             p99 = p["ttft_ms"]["p99"]
-            progress(f"[{done[0]}/{total}] {p['instance']} {p['prompt_tokens']} tokens, {p['load_label']}, repeat "
+            progress(f"[{done[0]}/{total}] {p['instance']} {p['prompt_tokens']} tokens, {load_label(p)}, repeat "
                      f"{p['repeat']}/{s.repeats}: {p['ok']}/{p['requests']} ok (after {p['warmup']} warm-up), "
                      f"{p['requests_per_s'] or 0:.2f} req/s, {p['output_tokens_per_s'] or 0:.1f} output tok/s, "
                      f"TTFT p50 " + (f"{ttft:.0f} ms" if ttft is not None else "-")
@@ -1109,7 +1111,7 @@ def _run_shapes(live: list[Endpoint], s: Settings, stop: Stop, counters: dict, o
                                      s.warmup, stop, seed)
             if point is None:  # cut short by --duration
                 return
-            on_point({**point, "repeat": k, "load_label": shape.label()})
+            on_point({**point, "repeat": k})
             if point["ok"] == 0:  # do not hammer a broken endpoint with the other points
                 ep.problem = f"every request failed: {point['first_error']}"
                 break
@@ -1117,24 +1119,17 @@ def _run_shapes(live: list[Endpoint], s: Settings, stop: Stop, counters: dict, o
 
 # ---------------------------------------------------------------------------- the command
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"want comma-separated token counts, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"want positive token counts, got {text!r}")
-    return values
-
-
-def _float_list(text: str) -> list[float]:
-    try:
-        values = sorted({float(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
-    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive numbers separated by commas, got {text!r}")
-    return values
+def _positive_list(kind, what: str):
+    """argparse type: comma-separated positive numbers of `kind`, sorted, each once."""
+    def conv(text: str) -> list:
+        try:
+            values = sorted({kind(x) for x in text.split(",") if x.strip()})
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what} separated by commas, got {text!r}") from None
+        if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+            raise argparse.ArgumentTypeError(f"expected positive {what} separated by commas, got {text!r}")
+        return values
+    return conv
 
 
 def _positive(kind):
@@ -1160,7 +1155,7 @@ def add_parser(sub) -> None:
                                                   "(default: the trust store)")
     inventory.add_limit_arg(p)
     p.add_argument("--instances", metavar="NAMES", help="comma-separated instance names (main or host/main)")
-    p.add_argument("--prompt-tokens", type=_int_list, default=",".join(map(str, DEFAULT_PROMPT_TOKENS)), metavar="L1,L2,...",
+    p.add_argument("--prompt-tokens", type=_positive_list(int, "token counts"), default=",".join(map(str, DEFAULT_PROMPT_TOKENS)), metavar="L1,L2,...",
                    help="initial prompt lengths in tokens (default %(default)s)")
     p.add_argument("--turns", type=_positive(int), default=3, metavar="N", help="turns per conversation (3)")
     p.add_argument("--users", type=_positive(int), default=2, metavar="N", help="conversations side by side (2)")
@@ -1168,10 +1163,10 @@ def add_parser(sub) -> None:
     p.add_argument("--turn-tokens", type=_positive(int), default=100, metavar="N",
                    help="tokens of each later user message (100)")
     load = p.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", type=_int_list, metavar="C1,C2,...",
+    load.add_argument("--concurrency", type=_positive_list(int, "request counts"), metavar="C1,C2,...",
                       help="load shape: hold C conversations in flight (closed loop), one point per C, over "
                            "--requests requests; instead of --users' single wave per turn")
-    load.add_argument("--request-rate", type=_float_list, metavar="R1,R2,...",
+    load.add_argument("--request-rate", type=_positive_list(float, "numbers"), metavar="R1,R2,...",
                       help="load shape: requests offered at R per second (conversations arriving as a Poisson "
                            "process of R / --turns per second), one point per R")
     p.add_argument("--requests", type=_positive(int), default=100, metavar="N",
@@ -1371,14 +1366,14 @@ def _loadtest(args, tunnels: ExitStack) -> int:
         raise KvprovError("--limit and --instances select inventory instances: not with --url", EXIT_USAGE)
     from kvprov.loadtest_shapes import Shape
 
-    shapes = tuple(Shape("concurrency", c) for c in sorted(set(args.concurrency or ()))) + tuple(
-        Shape("rate", r) for r in args.request_rate or ())  # (_float_list sorts)
+    shapes = tuple(Shape("concurrency", c) for c in args.concurrency or ()) + tuple(
+        Shape("rate", r) for r in args.request_rate or ())  # each sorted, each value once (_positive_list)
     if shapes and (args.replay or args.cross_host):
         raise KvprovError("--replay and --cross-host measure single waves: not with --concurrency or --request-rate",
                           EXIT_USAGE)
     if args.warmup < 0:
         raise KvprovError(f"--warmup {args.warmup}: give 0 or more requests", EXIT_USAGE)
-    s = Settings(prompt_tokens=sorted(set(args.prompt_tokens)), turns=args.turns, users=args.users,
+    s = Settings(prompt_tokens=args.prompt_tokens, turns=args.turns, users=args.users,
                  shapes=shapes, requests=args.requests, warmup=args.warmup, repeats=args.repeats,
                  output_tokens=args.output_tokens, turn_tokens=args.turn_tokens, duration=args.duration,
                  request_timeout=args.request_timeout, api=args.api, replay=args.replay, ignore_eos=args.ignore_eos,

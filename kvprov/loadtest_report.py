@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from kvprov.errors import EXIT_ENVIRONMENT, EXIT_USAGE, KvprovError
+from kvprov.loadtest_shapes import load_label
 from kvprov.validate.report import write_file
 
 JSON_NAME, PNG_NAME, HTML_NAME = "loadtest.json", "loadtest.png", "loadtest.html"
@@ -359,7 +360,7 @@ def _points_table(doc: dict) -> str:
 def _phase(p: dict) -> str:
     if p["phase"] != "load":
         return p["phase"]
-    return f"{p.get('load_label')}, repeat {p.get('repeat')}, after {p.get('warmup')} warm-up"
+    return f"{load_label(p)}, repeat {p.get('repeat')}, after {p.get('warmup')} warm-up"
 
 
 def _spread(cell: dict | None, digits: int = 0) -> str:
@@ -383,10 +384,6 @@ def _load_table(doc: dict) -> str:
             "<th>output tok/s</th><th>TTFT p50 (ms)</th><th>TTFT p99 (ms)</th></tr>"
             f"{''.join(rows)}</table><p class=meta>A percentile is given only where its sample supports it "
             "(nearest rank: p50 from 2 requests, p90 from 10, p99 from 100 per point).</p>")
-
-
-def load_label(row: dict) -> str:
-    return f"concurrency {row['load']:g}" if row["shape"] == "concurrency" else f"{row['load']:g} req/s (Poisson)"
 
 
 def _replay_table(doc: dict) -> str:

@@ -38,7 +38,12 @@ class Shape:
     value: float
 
     def label(self) -> str:
-        return f"concurrency {self.value:g}" if self.kind == "concurrency" else f"{self.value:g} req/s"
+        return f"concurrency {self.value:g}" if self.kind == "concurrency" else f"{self.value:g} req/s (Poisson)"
+
+
+def load_label(row: dict) -> str:
+    """The label of a point's, a load row's or the settings' load ({"shape", "load"})."""
+    return Shape(row["shape"], row["load"]).label()
 
 
 def supported(pcts: dict, n: int) -> dict:
