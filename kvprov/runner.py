@@ -138,10 +138,16 @@ def prune_runs(directory: Path, keep: int = KEEP_RUNS, now: float | None = None)
     run. Removes nothing else: only directories named as run() names them, and no link."""
     import shutil
 
+    def age(d: Path) -> float:  # another kvprov process may be pruning the same directory: gone is not old
+        try:
+            return now - d.stat().st_mtime
+        except FileNotFoundError:
+            return 0.0
+
     now = time.time() if now is None else now
     runs = sorted((d for d in directory.iterdir() if RUN_NAME.fullmatch(d.name) and not d.is_symlink() and d.is_dir()),
                   key=lambda d: d.name, reverse=True)
-    old = [d for d in runs[keep:] if now - d.stat().st_mtime > KEEP_SECONDS]
+    old = [d for d in runs[keep:] if age(d) > KEEP_SECONDS]
     for d in old:
         shutil.rmtree(d, ignore_errors=True)
     return old

@@ -1,7 +1,9 @@
 """kvprov keeps the newest run artifacts and removes its own older ones, nothing else."""
 
 import os
+import shutil
 import time
+from pathlib import Path
 
 from kvprov import runner
 
@@ -38,3 +40,25 @@ def test_a_run_prunes_beyond_KVPROV_RUNS_KEEP(tmp_path, monkeypatch):
     result = runner.run("desired.yml", str(inv), name="desired")
     assert result.artifacts.exists()
     assert [p.exists() for p in old] == [False, False, True]  # the new run and the newest old one stay
+
+
+def test_a_run_another_process_pruned_meanwhile_is_skipped_not_an_error(tmp_path, monkeypatch):
+    """Two kvprov processes (testinfra's workers, a deploy beside an audit) prune the same
+    directory: a run listed by one and removed by the other before it is looked at."""
+    now = time.time()
+    for i in range(3):
+        d = tmp_path / f"20260101-00000{i}-deploy-{i}"
+        d.mkdir()
+        os.utime(d, (now - 3 * 86400, now - 3 * 86400))
+    gone = tmp_path / "20260101-000000-deploy-0"
+    real_stat, looks = Path.stat, []
+
+    def stat(self, *a, **kw):  # the other process removes it after the listing, before the age is read
+        if self == gone:
+            looks.append(1)
+            if len(looks) == 3:  # after the listing's lstat and stat
+                shutil.rmtree(gone, ignore_errors=True)
+        return real_stat(self, *a, **kw)
+    monkeypatch.setattr(Path, "stat", stat)
+    assert runner.prune_runs(tmp_path, keep=1, now=now) == [tmp_path / "20260101-000001-deploy-1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["20260101-000002-deploy-2"]
