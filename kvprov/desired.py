@@ -1,26 +1,104 @@
 """The desired state of each GPU node, from the inventory and the roles' own variables and
 templates (playbooks/tasks/desired.yml): the one source of truth that deploy writes and
 that collect/validate, audit and the testinfra checks (kvprov.checks) compare against.
-Computed on the controller; contacts no host."""
+Computed on the controller; contacts no host.
+
+Each distinct state is templated once per call (kvprov.desired_classes: hosts whose every
+variable but their identity is the same get one state, renamed to each); nothing is cached
+across calls."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
+import json
+import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
 
-from kvprov import check, runner
+from kvprov import check, desired_classes, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, KvprovError
-from kvprov.inventory import describe
+from kvprov.inventory import TARGET_GROUP, describe, hosts_matching, plain, source_list
 
 TASK = "Compute the desired state"
+
+
+def host_variables(inventory: str | list[str], limit: str | None = None) -> dict[str, dict]:
+    """{host: every variable Ansible gives it before a play} for the inventory's gpu_nodes (all,
+    or those matching limit: none is a usage error), in inventory order: what a class key is
+    made of."""
+    from kvprov.inventory import _ansible
+
+    sources = source_list(inventory)
+    selected = hosts_matching(sources, limit) if limit else None
+    _, manager, variables = _ansible([os.path.abspath(s) if os.path.exists(s) else s for s in sources])
+    targets = set(manager.groups[TARGET_GROUP].get_hosts()) if TARGET_GROUP in manager.groups else set()
+    return {plain(h.name): variables.get_vars(host=h, include_hostvars=False)
+            for h in manager.hosts.values() if h in targets and (selected is None or plain(h.name) in selected)}
+
+
+def _template(inventory: str | list[str], hosts: list[str]) -> tuple[dict[str, dict], runner.RunResult | None]:
+    """({host: desired state} of those of these hosts it templated, the desired.yml run or None
+    for no host)."""
+    if not hosts:
+        return {}, None
+    result = runner.run("desired.yml", inventory, name="desired", limit=",".join(hosts), stream=io.StringIO(),
+                        capture=TASK)
+    return {h: result.captured[h]["ansible_facts"]["kvprov_desired"] for h in hosts if h in result.captured}, result
+
+
+def compute(inventory: str | list[str], limit: str | None = None) -> tuple[dict[str, dict], list[runner.RunResult]]:
+    """({host: desired state} of the hosts it could compute, the Ansible runs), each distinct
+    state templated once (kvprov.desired_classes): the classes' probes in one run, the other
+    hosts' states derived from them, and in a second run the hosts they cannot be derived
+    for. A class whose probe failed gets no state."""
+    classes = desired_classes.plan(host_variables(inventory, limit))
+    states, first = _template(inventory, [h for c in classes for h in c.probes])
+    per_host = []
+    for c in classes:
+        if all(p in states for p in c.probes):
+            derived, left = desired_classes.spread(c, states)
+            states.update(derived)
+            per_host += left
+    templated, second = _template(inventory, per_host)
+    states.update(templated)
+    return states, [r for r in (first, second) if r is not None]
 
 
 def load(inventory: str | list[str], limit: str | None = None) -> dict[str, dict]:
     """{host: desired state} for the inventory's gpu_nodes (all, or those matching limit)."""
     check.require_valid(inventory)
-    result = runner.run("desired.yml", inventory, name="desired", limit=limit, stream=io.StringIO(),
-                        capture=TASK)
-    if result.failures or result.rc != 0:
-        runner.print_summary(result, sys.stderr)
-        raise KvprovError(f"{describe(inventory)}: cannot compute the desired state", EXIT_CHECKS_FAILED)
-    return {h: res["ansible_facts"]["kvprov_desired"] for h, res in sorted(result.captured.items())}
+    states, runs = compute(inventory, limit)
+    for result in runs:
+        if result.failures or result.rc != 0:
+            runner.print_summary(result, sys.stderr)
+            raise KvprovError(f"{describe(inventory)}: cannot compute the desired state", EXIT_CHECKS_FAILED)
+    return dict(sorted(states.items()))
+
+
+def file_name(host: str) -> str:
+    """A host's file in written()'s directory: the sha256 of its name (any name is one file name),
+    as playbooks/collect.yml finds it."""
+    return hashlib.sha256(host.encode()).hexdigest() + ".json"
+
+
+@contextlib.contextmanager
+def written(inventory: str | list[str], limit: str | None = None) -> Iterator[Path]:
+    """A private (0700) directory, removed afterwards, with each host's desired state in its
+    file_name(): what playbooks/collect.yml reads given `kvprov_desired_dir`, instead of
+    templating it per host. A host whose state could not be computed has no file there:
+    collect.yml computes it itself and reports the failure on that host, as without this."""
+    directory = Path(tempfile.mkdtemp(prefix="kvprov-desired-"))
+    try:
+        states, _ = compute(inventory, limit)
+        for host, state in states.items():
+            fd = os.open(directory / file_name(host), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(state, fh)
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

@@ -209,12 +209,25 @@ class _Printer:
         return True  # keep the event in the artifacts
 
 
+# Playbooks that import tasks/desired.yml for each host unless DESIRED_DIR names the states.
+TAKES_DESIRED = ("collect.yml",)
+DESIRED_DIR = "kvprov_desired_dir"
+
+
 def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravars: dict | None = None,
         limit: str | None = None, tags: str | None = None, check: bool = False, diff: bool = False,
         stream=None, verbose: bool = False, capture: str | None = None) -> RunResult:
     """Run a playbook on the inventory sources (each passed as -i, in order); `capture` names
-    a task whose per-host results are kept in `captured`."""
+    a task whose per-host results are kept in `captured`. A playbook of TAKES_DESIRED gets the
+    hosts' desired states computed first, each distinct one once (kvprov.desired.written)."""
     import ansible_runner
+
+    if playbook in TAKES_DESIRED and DESIRED_DIR not in (extravars or {}):
+        from kvprov import desired  # imports this module
+
+        with desired.written(inventory, limit) as directory:
+            return run(playbook, inventory, name=name, extravars={**(extravars or {}), DESIRED_DIR: str(directory)},
+                       limit=limit, tags=tags, check=check, diff=diff, stream=stream, verbose=verbose, capture=capture)
 
     stream = stream or sys.stderr
     limit = limit_patterns(limit)
