@@ -1,7 +1,8 @@
 """roles/nixl/tasks/venv.yml, which installs NIXL's venv and the engine's: run for real on this
 machine (a local Ansible run into venvs under tmp_path, from a wheelhouse of real wheels built
-here). With uv's wheel in the wheelhouse uv installs the pins (pip only uv itself); without it pip
-does; a second run changes nothing; check mode creates nothing."""
+here). With uv's wheel in the wheelhouse the venv is made without ensurepip, uv is unpacked from
+its wheel and installs pip (the OS's wheel) and the pins; without it pip does; a second run
+changes nothing; check mode creates nothing."""
 
 from __future__ import annotations
 
@@ -108,7 +109,10 @@ def test_uv_installs_the_pins_when_the_wheelhouse_has_it_and_a_second_run_change
     assert changed > 0 and "TASK [Install the pinned distributions with uv]" in r.stdout
     have = installed(venv)
     assert have["kvtiny"] == ("1.0", "uv") and have["kvdep"] == ("1.0", "uv")
-    assert have["uv"][1] == "pip"
+    # uv is the wheel's binary, not a distribution; pip (the pip module's lookups need it) came
+    # from the OS's wheel through uv, not from ensurepip
+    assert "uv" not in have and (venv / "bin/uv").is_file() and os.access(venv / "bin/uv", os.X_OK)
+    assert have["pip"][1] == "uv"
     # pip's bytecode as pip would leave it: the engine's user cannot write into a root-owned venv
     assert list((venv / "lib").glob("python3*/site-packages/kvtiny/__pycache__/*.pyc"))
     r, changed = play(tmp_path, venv, wheelhouse, ["kvtiny==1.0"])
