@@ -94,15 +94,37 @@ def series(doc: dict) -> dict[str, dict]:
     return out
 
 
-def hits_by_source(doc: dict) -> dict[str, dict[str, float]]:
-    """Per instance: prompt tokens served per cache source over the run's points."""
-    out: dict[str, dict[str, float]] = {}
+# What each phase of a run is, in the hit panels (a sweep is the cold run).
+PHASE_LABELS = {"sweep": "cold run", "replay": "after a restart", "cross_host": "on another host", "load": "load"}
+
+
+def hits_by_source(doc: dict) -> dict[tuple[str, str], dict[str, float]]:
+    """Per (instance, phase): prompt tokens per cache source over the phase's points."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
     for p in doc["points"]:
         hits = (p.get("cache") or {}).get("hit_tokens") or {}
-        inst = out.setdefault(p["instance"], {})
+        inst = out.setdefault((p["instance"], p.get("phase", "sweep")), {})
         for source, n in hits.items():
             inst[source] = inst.get(source, 0.0) + n
     return out
+
+
+def _phase_order(item) -> tuple:
+    (instance, phase), _ = item
+    return instance, list(PHASE_LABELS).index(phase) if phase in PHASE_LABELS else len(PHASE_LABELS), phase
+
+
+def _models(run: dict) -> str:
+    """Each endpoint's model and engine: "tiny on lmcache_mp"."""
+    return ", ".join(sorted({f"{e.get('model')} on {e.get('engine') or 'a server'}" for e in run.get("endpoints", [])
+                             if not e.get("problem")})) or "no endpoint"
+
+
+def run_title(run: dict) -> str:
+    """What a run measured: its label, model and engine per endpoint, and its load shape."""
+    s = run.get("settings", {})
+    return (f"{run['label']}: {_models(run)} · {s.get('users')} user(s) × {s.get('turns')} turn(s), "
+            f"{s.get('output_tokens')} output tokens")
 
 
 def load_chart(doc: dict) -> bytes:
@@ -140,9 +162,7 @@ def load_chart(doc: dict) -> bytes:
         if ax.lines:
             ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     s = doc.get("settings", {})
-    models = ", ".join(sorted({f"{e.get('model')} on {e.get('engine') or 'a server'}" for e in doc.get("endpoints", [])
-                               if not e.get("problem")}))
-    fig.suptitle(f"kvprov loadtest: {doc['label']} · {models} · {s.get('turns')} turns, {s.get('output_tokens')} "
+    fig.suptitle(f"kvprov loadtest: {doc['label']} · {_models(doc)} · {s.get('turns')} turns, {s.get('output_tokens')} "
                  f"output tokens · {s.get('requests')} requests a point after {s.get('warmup')} warm-up, "
                  f"{s.get('repeats')} repeat(s)", fontsize=10)
     fig.tight_layout()
@@ -171,12 +191,15 @@ def chart(runs: list[dict]) -> bytes:
     """The PNG: throughput and TTFT against initial prompt length, and cache hits per source."""
     plt = _pyplot()
     first = first_turn_ttft(runs)
-    fig, axes = plt.subplots(1, 4 if first else 3, figsize=(21 if first else 16, 6.2),
-                             gridspec_kw={"width_ratios": [1, 1, 1.1] + ([1.1] if first else [])})
+    bars = [((f"{run['label']} · " if len(runs) > 1 else "") + f"{inst} · {PHASE_LABELS.get(phase, phase)}", sources)
+            for run in runs for (inst, phase), sources in sorted(hits_by_source(run).items(), key=_phase_order)]
+    lookups = any(s in LOOKUP_SOURCES and n for _, srcs in bars for s, n in srcs.items())
+    panels = 3 + bool(first) + lookups
+    fig, axes = plt.subplots(1, panels, figsize=(5.4 * panels, 6.4),
+                             gridspec_kw={"width_ratios": [1, 1] + [1.1] * (panels - 2)})
     tput, ttft, hits = axes[:3]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     lengths: set[int] = set()
-    bars = []
     k = 0
     for run in runs:
         prefix = f"{run['label']} · " if len(runs) > 1 else ""
@@ -191,8 +214,6 @@ def chart(runs: list[dict]) -> bytes:
             if (run.get("settings", {}).get("turns") or 1) > 1:
                 ttft.plot(xs, [by_len[x].get("ttft_last") for x in xs], "s--", color=c,
                           label=f"{name}, turn {run['settings']['turns']}")
-        for inst, sources in sorted(hits_by_source(run).items()):
-            bars.append((prefix + inst, sources))
     for ax, title, unit in ((tput, "Output throughput", "output tokens/s"), (ttft, "Time to first token (p50)", "ms")):
         ax.set_title(title)
         ax.set_xlabel("initial prompt length (tokens)")
@@ -208,10 +229,14 @@ def chart(runs: list[dict]) -> bytes:
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
         else:
             ax.text(0.5, 0.5, "no point measured", ha="center", va="center", transform=ax.transAxes)
-    _hit_bars(hits, bars)
+    served, found = split_hits(bars)
+    _hit_bars(hits, served, "Prompt tokens the engine served from cache",
+              "no cache hits counted\n(or no cache counters exposed)")
+    if lookups:  # LMCache counts what its lookups found, not what the engine took: an axis of their own
+        _hit_bars(axes[3], found, "LMCache lookups that hit (tokens found, per tier)", "no LMCache lookup hit")
     if first:
-        _first_turn_bars(axes[3], first)
-    fig.suptitle(" vs ".join(r["label"] for r in runs) if len(runs) > 1 else f"kvprov loadtest: {runs[0]['label']}")
+        _first_turn_bars(axes[-1], first)
+    fig.suptitle("kvprov loadtest: " + "\nvs ".join(run_title(r) for r in runs), fontsize=10)
     fig.tight_layout()
     return _png(fig, plt)
 
@@ -245,8 +270,8 @@ def _first_turn_bars(ax, first: dict[str, dict[str, float]]) -> None:
         if xs:
             ax.bar(xs, [first[n][key] for n in names if key in first[n]], width, label=label)
     ax.set_xticks(range(len(names)))
-    ax.set_xticklabels([n.replace(" · ", "\n", 1) + " tok" for n in names], fontsize=7)
-    ax.set_title("First turn TTFT (p50): where the prefix came from")
+    ax.set_xticklabels([n.replace(" · ", "\n") + " tok" for n in names], fontsize=7)
+    ax.set_title("First turn TTFT (p50): where the prefix came from", fontsize=10)
     ax.set_ylabel("ms")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
@@ -275,12 +300,22 @@ def chart_sources(found: set[str]) -> list[str]:
     return [s for s in SOURCE_LABELS if s in keep] + sorted(keep - set(SOURCE_LABELS))
 
 
-def _hit_bars(ax, bars: list[tuple[str, dict]]) -> None:
-    ax.set_title("Prompt tokens served from cache, by source")
+# LMCache's counters of what its lookups found (L1, L2): not the tokens the engine was served.
+LOOKUP_SOURCES = frozenset({"lmcache_l1", "lmcache_l2"})
+
+
+def split_hits(bars: list[tuple[str, dict]]) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
+    """The bars' tokens the engine was served, and LMCache's lookup hits (LOOKUP_SOURCES): never
+    on one axis, as they count different things."""
+    return ([(name, {k: v for k, v in srcs.items() if k not in LOOKUP_SOURCES}) for name, srcs in bars],
+            [(name, {k: v for k, v in srcs.items() if k in LOOKUP_SOURCES}) for name, srcs in bars])
+
+
+def _hit_bars(ax, bars: list[tuple[str, dict]], title: str, empty: str) -> None:
+    ax.set_title(title, fontsize=10)
     sources = chart_sources({s for _, srcs in bars for s, n in srcs.items() if n})
     if not sources:
-        ax.text(0.5, 0.5, "no cache hits counted\n(or no cache counters exposed)", ha="center", va="center",
-                transform=ax.transAxes)
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
         ax.set_xticks([])
         ax.set_yticks([])
         return
@@ -290,7 +325,8 @@ def _hit_bars(ax, bars: list[tuple[str, dict]]) -> None:
     for j, source in enumerate(sources):
         ys = [srcs.get(source, 0) for _, srcs in bars]
         ax.barh([i + j * width for i in range(len(bars))], ys, height=width,
-                label=SOURCE_LABELS.get(source, source), color=palette[j % len(palette)])
+                label=SOURCE_LABELS.get(source, source),  # one color a source, in every panel
+                color=palette[(list(SOURCE_LABELS).index(source) if source in SOURCE_LABELS else j) % len(palette)])
     ax.set_yticks([i + width * (len(sources) - 1) / 2 for i in range(len(bars))])
     ax.set_yticklabels([name for name, _ in bars], fontsize=8)
     ax.invert_yaxis()

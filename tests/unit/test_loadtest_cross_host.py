@@ -121,3 +121,23 @@ def test_validate_engine_roundtrip_adds_the_cross_host_form_per_pair(standins, m
                                        "a/main stored")
     warmup_a = next(p for p in sa.prompts if p[0] == "Conversation")  # (the first POSTs: the API probes)
     assert warmup_a in sb.prompts  # b was sent a's warm-up conversation (after its restart)
+
+
+def test_the_hit_panels_keep_served_tokens_apart_from_lmcache_lookups_and_each_phase_apart():
+    """#26: vLLM's served tokens and LMCache's lookup counters never share an axis; the cold run,
+    the replay after a restart and the other host's replay are bars of their own; the title names
+    model, engine and load shape."""
+    points = [{"phase": phase, "instance": "c4/main", "cache": {"hit_tokens": hits}} for phase, hits in (
+        ("sweep", {"vllm_prefix": 512.0, "lmcache_l1": 5100.0, "lmcache_l2": 300.0}),
+        ("sweep", {"vllm_prefix": 256.0}),
+        ("replay", {"vllm_external": 896.0, "lmcache_l2": 900.0}))]
+    doc = {"label": "lab", "points": points, "settings": {"users": 2, "turns": 3, "output_tokens": 16},
+           "endpoints": [{"model": "tiny", "engine": "lmcache_mp"}, {"model": "x", "engine": "sglang", "problem": "down"}]}
+    assert rep.hits_by_source(doc) == {("c4/main", "sweep"): {"vllm_prefix": 768.0, "lmcache_l1": 5100.0,
+                                                              "lmcache_l2": 300.0},
+                                       ("c4/main", "replay"): {"vllm_external": 896.0, "lmcache_l2": 900.0}}
+    served, found = rep.split_hits([("cold", {"vllm_prefix": 768.0, "lmcache_l1": 5100.0}),
+                                    ("restart", {"vllm_external": 896.0, "lmcache_l2": 900.0})])
+    assert served == [("cold", {"vllm_prefix": 768.0}), ("restart", {"vllm_external": 896.0})]
+    assert found == [("cold", {"lmcache_l1": 5100.0}), ("restart", {"lmcache_l2": 900.0})]
+    assert rep.run_title(doc) == "lab: tiny on lmcache_mp · 2 user(s) × 3 turn(s), 16 output tokens"
