@@ -42,6 +42,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kvprov import loadtest as lt  # noqa: E402
+from kvprov import loadtest_client as ltc  # noqa: E402
+from kvprov import loadtest_metrics as ltm  # noqa: E402
+from kvprov import loadtest_workload as ltw  # noqa: E402
 
 LAUNCHER = """\
 import importlib.metadata as m, sys
@@ -56,7 +59,7 @@ PREFIX_CACHE = {"vllm:prefix_cache_hits_total": "hits", "vllm:prefix_cache_queri
 RUN = f"{time.time_ns():x}"  # this invocation: no prompt of an earlier one is sent again
 
 
-def engine_state(client: lt.Client, metrics_url: str) -> tuple[dict[float, float], dict[str, float]]:
+def engine_state(client: ltc.Client, metrics_url: str) -> tuple[dict[float, float], dict[str, float]]:
     """The engine's TTFT histogram now ({upper bound (s): cumulative count}) and its prefix-cache
     counters (hits, queries)."""
     status, body = client.call("GET", metrics_url)
@@ -64,7 +67,7 @@ def engine_state(client: lt.Client, metrics_url: str) -> tuple[dict[float, float
         raise SystemExit(f"GET {metrics_url}: HTTP {status}")
     buckets: dict[float, float] = {}
     cache = {"hits": 0.0, "queries": 0.0}
-    for (name, labels), value in lt.parse_prometheus(body.decode()).items():
+    for (name, labels), value in ltm.parse_prometheus(body.decode()).items():
         if name == HISTOGRAM + "_bucket":
             le = dict(labels)["le"]
             bound = float("inf") if le == "+Inf" else float(le)
@@ -78,11 +81,11 @@ def prompts_file(args, c: int, rnd: int, out: Path) -> Path:
     """Prompts from kvprov's own generator (seeds of this invocation only: an engine keeps its
     prefix cache from one run to the next, and a prompt sent before would be served from it)
     for `vllm bench serve --dataset-name custom`: the same kind of text and length both sides."""
-    counter = lt.TokenCounter(str(Path(args.tokenizer) / "tokenizer.json"))
+    counter = ltw.TokenCounter(str(Path(args.tokenizer) / "tokenizer.json"))
     path = out / "prompts.jsonl"
     with path.open("w") as f:
         for i in range(args.warmup + args.requests + 1):  # the warm-ups, the requests, its first test request
-            [conv] = lt.make_conversations(counter, args.prompt_tokens, 1, 1, 0, f"reference-{RUN}-{rnd}-{c}/{i}")
+            [conv] = ltw.make_conversations(counter, args.prompt_tokens, 1, 1, 0, f"reference-{RUN}-{rnd}-{c}/{i}")
             f.write(json.dumps({"prompt": conv.messages[0], "output_tokens": args.output_tokens}) + "\n")
     return path
 
@@ -178,10 +181,10 @@ def main() -> int:
                 os.chmod(key.name, 0o600)
                 args.api_key_file = key.name
         else:
-            ep = lt.Endpoint(args.url, args.url.rstrip("/"), metrics_urls=[args.url.rstrip("/") + "/metrics"],
-                             ca_file=args.cacert)
-        lt.wait_ready(ep, 30, 300)
-        client = lt.Client(ep, 30)
+            ep = ltc.Endpoint(args.url, args.url.rstrip("/"), metrics_urls=[args.url.rstrip("/") + "/metrics"],
+                              ca_file=args.cacert)
+        ltc.wait_ready(ep, 30, 300)
+        client = ltc.Client(ep, 30)
         metrics = next(u for u in ep.metrics_urls if u.startswith(ep.url))
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kvprov-ref-")))
         runs = []

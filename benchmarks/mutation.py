@@ -59,11 +59,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = ["kvprov/mountstats.py", "kvprov/validate", "kvprov/audit.py", "kvprov/check",
            "kvprov/inventory.py", "plugins/modules/kvprov_mount_state.py", "kvprov/storage", "kvprov/redact.py",
-           "kvprov/bench.py", "kvprov/lock.py", "plugins/modules/kvprov_collect.py", "kvprov/loadtest.py"]
+           "kvprov/bench.py", "kvprov/lock.py", "plugins/modules/kvprov_collect.py",
+           "kvprov/loadtest_metrics.py"]
 # Files of which only some functions are checking code: only those are mutated (and hashed).
 ONLY = {
-    "kvprov/loadtest.py": ("parse_prometheus", "_labels", "cache_counters", "counter_delta", "cache_summary",
-                           "_storage_hits", "replay_rows", "cross_host_rows", "measure_point"),
+    "kvprov/loadtest_metrics.py": ("parse_prometheus", "_labels", "cache_counters", "counter_delta", "cache_summary",
+                                   "_storage_hits", "replay_rows", "cross_host_rows", "measure_point"),
 }
 EQUIVALENT = ROOT / "benchmarks/mutation-equivalent.txt"
 RESULTS = ROOT / "benchmarks/results"
@@ -105,8 +106,8 @@ TESTS_FOR = {
     "plugins/modules/kvprov_collect.py": ["test_collect*.py", "test_security_review2_collect.py", "test_redact.py",
                                           "test_audit*.py", "test_capacity.py", "test_validate_*.py", "test_bundle*.py",
                                           "test_checks_*.py", "test_engine_tls.py"],
-    "kvprov/loadtest.py": ["test_loadtest*.py", "test_sglang_metrics.py", "test_security_review2_loadtest.py",
-                           "test_engine_tls.py"],
+    "kvprov/loadtest_metrics.py": ["test_loadtest*.py", "test_sglang_metrics.py", "test_security_review2_loadtest.py",
+                                   "test_engine_tls.py"],
 }
 # Functions that only run against live hosts (Ansible, systemctl, a real /proc/self/mountinfo):
 # the lab tests exercise them, the unit suite cannot, so they are not mutated (listed in the

@@ -1,6 +1,10 @@
 """`kvprov loadtest [INVENTORY] [--url URL ...]`: a multi-turn serving benchmark against
 OpenAI-compatible engine endpoints, with the cache hits per source read from the
-engines' own /metrics.
+engines' own /metrics. This module finds the endpoints (inventory, --url, ssh tunnels), runs
+the conversations and load points, and holds the command and validate's engine round trip;
+the prompts and token counts are in kvprov/loadtest_workload.py, the HTTP client in
+kvprov/loadtest_client.py, the counter and sample arithmetic in kvprov/loadtest_metrics.py,
+the load shapes in kvprov/loadtest_shapes.py and the files written in kvprov/loadtest_report.py.
 
 Endpoints: every engine instance of the inventory's gpu_nodes (its port and listen
 address from the desired state, the host's ansible_host when it listens on every
@@ -39,65 +43,37 @@ a bad inventory; 4: matplotlib missing for the chart (the JSON is written); 130:
 from __future__ import annotations
 
 import argparse
-import http.client
 import ipaddress
-import json
 import math
 import random
-import re
-import ssl
 import sys
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from kvprov import inventory
-from kvprov.bench_worker import percentiles, rounded
 from kvprov.check import TIERLESS_ENGINES
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_USAGE, KvprovError
+from kvprov.loadtest_client import Client, Endpoint, EndpointError, _progress, choose_api, read_counters, wait_ready
+from kvprov.loadtest_metrics import cache_summary, counter_delta, cross_host_rows, measure_point, replay_rows
+# kvprov/validate/checks/engine_sglang.py imports cache_counters from here: that file is a mutation target
+# hashed whole (benchmarks/mutation.py), so its import was left as it was
+from kvprov.loadtest_metrics import cache_counters  # noqa: F401  (engine_sglang.py's import)
+from kvprov.loadtest_workload import (Conversation, TokenCounter, context_problems, make_conversations,
+                                      token_counter)
 from kvprov.validate.report import clean as printable
 
 FORMAT = 1
 INTERRUPTED = 130
 DEFAULT_PROMPT_TOKENS = (1000, 4000)
-USER_AGENT = "kvprov-loadtest"
 ANY_ADDRESS = ("0.0.0.0", "::")
-CHAT_OVERHEAD = 8  # template tokens per chat message, for the context check (a margin, not a count)
 
 
 # ---------------------------------------------------------------------------- endpoints
-
-@dataclass
-class Endpoint:
-    """One OpenAI-compatible server to measure, and where its cache counters are."""
-
-    name: str  # host/instance, or host:port for --url
-    url: str  # scheme://host:port[/prefix], without /v1
-    metrics_urls: list[str] = field(default_factory=list)
-    engine: str | None = None
-    api_key: str | None = field(default=None, repr=False)  # sent as Bearer to its API only; never printed or stored
-    ca_file: str | None = None  # https: the CA certificates to verify it with (None: the trust store)
-    via: dict | None = field(default=None, repr=False)  # on the host's loopback: its connection variables
-    tunnel: str | None = None  # how it is reached when through an ssh tunnel (said in the JSON)
-    max_model_len: int | None = None  # from /v1/models, else the inventory
-    max_model_len_from: str = ""
-    model: str | None = None  # served name, from /v1/models
-    model_path: str | None = None  # where its tokenizer files may be (inventory) or --tokenizer
-    api: str | None = None  # "chat" or "completions"
-    problem: str | None = None  # why it cannot be (or was not fully) measured
-    host: str | None = None  # the inventory host (restarts for --replay)
-    units: list[str] = field(default_factory=list)  # its engine units, in start order
-    storage_dir: str | None = None  # its KV tier's directory (inventory): a namespace other hosts may share
-
-    def public(self) -> dict:
-        return {"name": self.name, "url": self.url, "engine": self.engine, "model": self.model,
-                "max_model_len": self.max_model_len, "max_model_len_from": self.max_model_len_from or None,
-                "api": self.api, "metrics_urls": self.metrics_urls, "problem": self.problem, "tunnel": self.tunnel}
-
 
 def _host_in_url(address: str) -> str:
     try:
@@ -241,586 +217,6 @@ def load_inventory_endpoints(path: str | list[str], limit: str | None, instances
     return eps
 
 
-# ---------------------------------------------------------------------------- tokens and text
-
-class TokenCounter:
-    """Token counts from the model's tokenizer.json (the `tokenizers` package), or an
-    approximation of one token per generated word when that is not readable."""
-
-    def __init__(self, path: str | None = None):
-        self.exact, self.path, self.note = False, None, ""
-        self._tok = None
-        file = _tokenizer_file(path)
-        if file is None:
-            self.note = (f"approximate: 1 token per word (no tokenizer.json at {path})" if path else
-                         "approximate: 1 token per word (no tokenizer given)")
-            return
-        try:
-            from tokenizers import Tokenizer
-        except ImportError:
-            self.note = f"approximate: 1 token per word (the `tokenizers` package is not installed; {file} unread)"
-            return
-        try:
-            self._tok = Tokenizer.from_file(str(file))
-        except Exception as e:  # a corrupt or foreign file: say so, approximate
-            self.note = f"approximate: 1 token per word ({file}: {e})"
-            return
-        self.exact, self.path, self.note = True, str(file), f"exact: {file}"
-
-    def count(self, text: str) -> int:
-        if self._tok is None:
-            return len(text.split())
-        return len(self._tok.encode(text, add_special_tokens=False).ids)
-
-    def head(self, text: str, tokens: int) -> str:
-        """The start of `text` that is its first `tokens` tokens."""
-        return text[:self._tok.encode(text, add_special_tokens=False).offsets[tokens - 1][1]]
-
-    def describe(self) -> dict:
-        return {"exact": self.exact, "path": self.path, "note": self.note}
-
-
-class ServerTokens:
-    """Token counts by the server's own tokenizer: POST /tokenize and /detokenize, which vLLM and
-    SGLang both serve (the text alone, no special tokens, as TokenCounter counts)."""
-
-    exact, path = True, None
-    note = "exact: the server's /tokenize"
-
-    def __init__(self, client: "Client", model: str | None):
-        self.client, self.model = client, model
-
-    def ids(self, text: str) -> list[int]:
-        got = self.client.get_json("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False})
-        if not isinstance(got.get("tokens"), list):
-            raise EndpointError("POST /tokenize did not answer a token list")
-        return got["tokens"]
-
-    def count(self, text: str) -> int:
-        return len(self.ids(text))
-
-    def head(self, text: str, tokens: int) -> str:
-        got = self.client.get_json("/detokenize", {"model": self.model, "tokens": self.ids(text)[:tokens]})
-        out = got.get("prompt", got.get("text"))  # vLLM: prompt; SGLang: text
-        if not isinstance(out, str):
-            raise EndpointError("POST /detokenize did not answer a text")
-        return out
-
-    def describe(self) -> dict:
-        return {"exact": True, "path": None, "note": self.note}
-
-
-def token_counter(ep: "Endpoint", timeout: float) -> "TokenCounter | ServerTokens":
-    """The model's tokenizer.json on the controller, else the server's /tokenize, else one token
-    per word (the note says which, and why)."""
-    local = TokenCounter(ep.model_path)
-    if local.exact or ep.problem:
-        return local
-    server = ServerTokens(Client(ep, timeout), ep.model)
-    try:
-        server.count("kvprov")
-    except EndpointError as e:
-        local.note += f"; the server's /tokenize: {e}"
-        return local
-    return server
-
-
-def _tokenizer_file(path: str | None) -> Path | None:
-    if not path:
-        return None
-    candidates = [Path(path)]
-    try:  # the lab's model: containers see <lab home>/models read-only at CONTAINER_MODELS
-        from kvprov.lab import topology
-        if path.startswith(topology.CONTAINER_MODELS + "/"):
-            candidates.append(topology.models_dir() / path[len(topology.CONTAINER_MODELS) + 1:])
-    except Exception:
-        pass
-    for p in candidates:
-        f = p if p.name.endswith(".json") else p / "tokenizer.json"
-        try:
-            if f.is_file():
-                return f
-        except OSError:
-            continue
-    return None
-
-
-WORDS = ("cache page token prefix layer block tier storage memory host device read write hit miss engine server "
-         "model prompt request batch chunk file mount pool queue offload restore the a of to and in is on for with "
-         "that it as by from at this be are was data volume network latency through answer question").split()
-
-
-def make_text(counter: TokenCounter, tokens: int, rng: random.Random, head: str = "") -> str:
-    """Text of `tokens` tokens (exact with a tokenizer, within a token or two after trimming;
-    one word per token otherwise), starting with `head` (makes each conversation unique)."""
-    if tokens <= 0:
-        return head
-    words = head.split() + [rng.choice(WORDS) for _ in range(tokens)]
-    if not counter.exact:
-        return " ".join(words[:tokens])
-    text = " ".join(words)
-    while counter.count(text) < tokens:  # rare: more words than tokens
-        words += [rng.choice(WORDS) for _ in range(tokens)]
-        text = " ".join(words)
-    keep = tokens
-    for _ in range(8):  # re-tokenizing a cut text can merge differently: cut shorter until it fits
-        cut = counter.head(text, keep)
-        n = counter.count(cut)
-        if n <= tokens or keep <= 1:
-            break
-        keep = max(1, keep - (n - tokens))
-    text = cut
-    return text
-
-
-@dataclass
-class Conversation:
-    """One user's conversation: the first message and one more per later turn."""
-
-    user: int
-    prompt_tokens: int  # the first message's length (target)
-    messages: list[str]  # user messages, turn 1..N
-    message_tokens: list[int]  # their counted lengths
-
-
-def make_conversations(counter: TokenCounter, prompt_tokens: int, users: int, turns: int, turn_tokens: int,
-                       seed: str) -> list[Conversation]:
-    """`users` conversations of `turns` user messages; the first of `prompt_tokens` tokens, each later one
-    of `turn_tokens`. Deterministic for a seed; each user's text differs from its first word."""
-    out = []
-    for u in range(users):
-        rng = random.Random(f"{seed}/{prompt_tokens}/{u}")
-        head = f"Conversation {rng.getrandbits(48):012x} of user {u}:"
-        msgs = [make_text(counter, prompt_tokens, rng, head)]
-        msgs += [make_text(counter, turn_tokens, rng, f"Turn {t} question:") for t in range(2, turns + 1)]
-        out.append(Conversation(u, prompt_tokens, msgs, [counter.count(m) for m in msgs]))
-    return out
-
-
-def context_needed(prompt_tokens: int, turns: int, turn_tokens: int, output_tokens: int) -> int:
-    """Tokens the last turn needs: every user message, every earlier answer, the answer, template margin."""
-    return (prompt_tokens + (turns - 1) * (turn_tokens + output_tokens) + output_tokens
-            + CHAT_OVERHEAD * 2 * turns)
-
-
-# Without a tokenizer a generated word may be a token per byte plus its space (a byte-level BPE at
-# worst): the context guard assumes that many tokens per word, not one.
-WORST_TOKENS_PER_WORD = max(map(len, WORDS)) + 1
-
-
-def context_problems(endpoints: list[Endpoint], lengths: list[int], turns: int, turn_tokens: int,
-                     output_tokens: int, approximate: frozenset[str] = frozenset()) -> list[str]:
-    """Why each length would overflow an endpoint's context; `approximate`: endpoints whose tokens
-    are counted as words (their text is judged at WORST_TOKENS_PER_WORD)."""
-    out = []
-    for ep in endpoints:
-        if ep.problem or not ep.max_model_len:
-            continue
-        per_word = WORST_TOKENS_PER_WORD if ep.name in approximate else 1
-        for n in lengths:
-            need = context_needed(n * per_word, turns, turn_tokens * per_word, output_tokens)
-            if need > ep.max_model_len and per_word > 1:
-                out.append(f"--prompt-tokens {n}: without a tokenizer for {ep.name} (no tokenizer.json on this "
-                           f"controller and no /tokenize on the server) {n} words may be up to {n * per_word} "
-                           f"tokens, and {turns} turns up to {need}, over its max_model_len {ep.max_model_len} "
-                           f"({ep.max_model_len_from}): give --tokenizer, or lower --prompt-tokens")
-                continue
-            if need > ep.max_model_len:
-                out.append(f"--prompt-tokens {n}: {turns} turns need up to {need} tokens of context (prompt, "
-                           f"{turns - 1} x ({turn_tokens} question + {output_tokens} answer), {output_tokens} output, "
-                           f"template margin) but {ep.name} serves at most max_model_len {ep.max_model_len} "
-                           f"({ep.max_model_len_from})")
-    return out
-
-
-# ---------------------------------------------------------------------------- HTTP client
-
-class Client:
-    """Requests to one endpoint only (its scheme, host and port; no redirects followed)."""
-
-    def __init__(self, ep: Endpoint, timeout: float):
-        self.ep, self.timeout = ep, timeout
-        self._tls: ssl.SSLContext | None = None  # made once: loading a trust store costs milliseconds of CPU
-        # Per thread, the connection its last streamed request left open: inference requests go
-        # over kept-alive connections, as OpenAI clients and `vllm bench serve` send them (a new
-        # TCP and TLS handshake per request costs the engine's host CPU and each TTFT a round trip).
-        self._kept = threading.local()
-
-    def _conn(self, url: str) -> tuple[http.client.HTTPConnection, str]:
-        parts = urlsplit(url)
-        if parts.scheme == "https":  # verified: the endpoint's CA file, else the trust store
-            if self._tls is None:
-                self._tls = ssl.create_default_context(cafile=self.ep.ca_file)
-            return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=self.timeout,
-                                               context=self._tls), parts.path or "/"
-        return http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout), parts.path or "/"
-
-    def _post(self, path: str, body: dict) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, float]:
-        """POST on this thread's kept connection, else a new one: (connection, response, when it was
-        sent). A kept connection the server has closed meanwhile (its keep-alive timeout) answers
-        nothing: the request goes once more, on a new connection."""
-        url = self.ep.url + path
-        data, headers = json.dumps(body).encode(), self._headers(url, True)
-        kept, self._kept.conn = getattr(self._kept, "conn", None), None
-        if kept is not None:
-            start = time.monotonic()
-            try:
-                kept.request("POST", urlsplit(url).path, body=data, headers=headers)
-                return kept, kept.getresponse(), start
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                kept.close()
-        conn, base = self._conn(url)
-        start = time.monotonic()
-        try:
-            conn.request("POST", base, body=data, headers=headers)
-            return conn, conn.getresponse(), start
-        except BaseException:
-            conn.close()
-            raise
-
-    def _headers(self, url: str, body: bool) -> dict:
-        h = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-        if body:
-            h["Content-Type"] = "application/json"
-        if self.ep.api_key and self.sends_key(url):
-            h["Authorization"] = f"Bearer {self.ep.api_key}"
-        return h
-
-    def sends_key(self, url: str) -> bool:
-        """The key goes to the endpoint's own API only: not to its /metrics (open on every
-        engine) nor to another port (LMCache MP's metrics, plain HTTP)."""
-        return url.startswith(self.ep.url + "/") and url != self.ep.url + "/metrics"
-
-    def call(self, method: str, url: str, body: dict | None = None, limit: int = 16 << 20) -> tuple[int, bytes]:
-        conn, path = self._conn(url)
-        try:
-            conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
-                         headers=self._headers(url, body is not None))
-            resp = conn.getresponse()
-            return resp.status, resp.read(limit)
-        finally:
-            conn.close()
-
-    def get_json(self, path: str, body: dict | None = None) -> dict:
-        """GET path (POST with a body) -> JSON object; raises EndpointError saying what went wrong."""
-        method = "GET" if body is None else "POST"
-        try:
-            status, data = self.call(method, self.ep.url + path, body)
-        except (OSError, http.client.HTTPException) as e:
-            raise EndpointError(f"not reachable: {method} {path}: {_oserror(e)}") from None
-        if status != 200:
-            raise EndpointError(f"{method} {path}: HTTP {status}{_auth_hint(status, self.ep)}: "
-                                f"{_snippet(data, self.ep.api_key)}")
-        try:
-            value = json.loads(data)
-        except ValueError:
-            raise EndpointError(f"not an OpenAI-compatible server: {method} {path} did not answer JSON "
-                                f"({_snippet(data, self.ep.api_key)})") from None
-        if not isinstance(value, dict):
-            raise EndpointError(f"not an OpenAI-compatible server: {method} {path} did not answer a JSON object")
-        return value
-
-    def stream(self, path: str, body: dict, deadline: float | None = None) -> dict:
-        """One streamed request: {ok, ttft, e2e (s), output_tokens, prompt_tokens (server's), text, error}."""
-        out = {"ok": False, "ttft": None, "e2e": None, "output_tokens": 0, "prompt_tokens": None, "text": "",
-               "error": None}
-        start = time.monotonic()
-        conn, keep = None, False
-        pieces, chunks, usage = [], 0, None
-        try:
-            conn, resp, start = self._post(path, body)
-            if resp.status != 200:
-                out["error"] = f"POST {path}: HTTP {resp.status}{_auth_hint(resp.status, self.ep)}: " \
-                               f"{_snippet(resp.read(4096), self.ep.api_key)}"
-                return out
-            if "text/event-stream" not in (resp.getheader("Content-Type") or ""):
-                out["error"] = (f"not an OpenAI-compatible stream: POST {path} answered "
-                                f"{printable(resp.getheader('Content-Type') or 'no Content-Type')}: "
-                                f"{_snippet(resp.read(4096), self.ep.api_key)}")
-                return out
-            done = False
-            while True:
-                line = resp.readline(1 << 20)
-                if not line:
-                    break
-                line = line.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    done = True
-                    break
-                try:
-                    event = json.loads(data)
-                except ValueError:
-                    out["error"] = f"not an OpenAI-compatible stream: {_snippet(data, self.ep.api_key)}"
-                    return out
-                if isinstance(event, dict) and event.get("error"):
-                    err = event["error"]
-                    message = err.get("message", err) if isinstance(err, dict) else err
-                    out["error"] = f"error event: {_snippet(json.dumps(message).encode(), self.ep.api_key)}"
-                    return out
-                usage = event.get("usage") or usage
-                text = "".join(_choice_text(c) for c in event.get("choices") or [])
-                if text:
-                    if out["ttft"] is None:
-                        out["ttft"] = time.monotonic() - start
-                    pieces.append(text)
-                    chunks += 1
-            if not done:
-                out["error"] = f"POST {path}: the stream ended without [DONE]"
-                return out
-            out["e2e"] = time.monotonic() - start
-            resp.read()  # the rest of the body (the chunked encoding's end): the connection can serve the next
-            keep = not resp.will_close
-        except (OSError, http.client.HTTPException) as e:
-            out["error"] = f"POST {path}: {_oserror(e)}"
-            return out
-        finally:
-            if out["e2e"] is None:
-                out["e2e"] = time.monotonic() - start
-            if keep:
-                self._kept.conn = conn
-            elif conn is not None:
-                conn.close()
-        out["text"] = "".join(pieces)
-        if isinstance(usage, dict):
-            out["prompt_tokens"] = usage.get("prompt_tokens")
-            out["output_tokens"] = usage.get("completion_tokens") or chunks
-        else:
-            out["output_tokens"] = chunks
-        if out["ttft"] is None:
-            out["ttft"] = out["e2e"]  # no text at all (an immediate stop): the first token is the last
-        out["ok"] = True
-        return out
-
-
-class EndpointError(Exception):
-    pass
-
-
-def _choice_text(choice: dict) -> str:
-    if not isinstance(choice, dict):
-        return ""
-    delta = choice.get("delta")
-    if isinstance(delta, dict):
-        return (delta.get("content") or "") + (delta.get("reasoning_content") or "")
-    return choice.get("text") or ""
-
-
-def _oserror(e: Exception) -> str:
-    if isinstance(e, TimeoutError) or "timed out" in str(e):
-        return "timed out"
-    if isinstance(e, ssl.SSLCertVerificationError):
-        return (f"TLS: the engine's certificate is not trusted ({e.verify_message}; the CA goes in "
-                "kvprov_engine_tls_ca_file, or --cacert with --url)")
-    return getattr(e, "strerror", None) or str(e) or type(e).__name__
-
-
-def _snippet(data: bytes, secret: str | None = None, n: int = 200) -> str:
-    """The start of a server's answer, for a message and the run's files: one line, control
-    characters as '?', the API key (`secret`: a server may echo the request, a 401 the key it
-    refused) as <redacted>, also as JSON writes it (escaped, '/' as '\\/')."""
-    text = data.decode("utf-8", "replace")
-    escaped = json.dumps(secret)[1:-1] if secret else ""
-    for form in sorted({secret, escaped, escaped.replace("/", "\\/")} if secret else (), key=len, reverse=True):
-        text = text.replace(form, "<redacted>")
-    text = text.strip().replace("\n", " ")
-    text = "".join(ch if ch.isprintable() else "?" for ch in text)
-    return (text[:n] + "...") if len(text) > n else text or "(empty)"
-
-
-def _auth_hint(status: int, ep: Endpoint) -> str:
-    if status not in (401, 403):
-        return ""
-    return " (the API key was refused)" if ep.api_key else " (the server wants an API key: kvprov_engine_api_key_file " \
-                                                           "or --api-key-file)"
-
-
-def probe(ep: Endpoint, timeout: float) -> None:
-    """GET /v1/models: the served model and its context (sets ep.model, ep.max_model_len); raises
-    EndpointError. No inference request."""
-    models = Client(ep, timeout).get_json("/v1/models")
-    data = models.get("data")
-    if not isinstance(data, list) or not data or not isinstance(data[0], dict) or not data[0].get("id"):
-        raise EndpointError("not an OpenAI-compatible server: GET /v1/models has no model in `data`")
-    ep.model = str(data[0]["id"])
-    limit = data[0].get("max_model_len") or data[0].get("context_length")
-    if isinstance(limit, int) and limit > 0:
-        ep.max_model_len, ep.max_model_len_from = limit, "/v1/models"
-
-
-STARTING = re.compile(r"not reachable: |.*: HTTP 50[23]\b")  # no answer yet, or "starting" (engine loading)
-
-
-def wait_ready(ep: Endpoint, timeout: float, ready_timeout: float, why: str = "") -> None:
-    """probe() until the engine answers: while it refuses connections or says 502/503 (a unit
-    just started loads its model for a while), for at most ready_timeout seconds, saying so
-    every 30 s; any other answer (a wrong key, not an OpenAI server) fails at once.
-    EndpointError with the last reason when it never answers."""
-    deadline = time.monotonic() + ready_timeout
-    said = 0.0
-    while True:
-        try:
-            probe(ep, timeout)
-            return
-        except EndpointError as e:
-            left = deadline - time.monotonic()
-            if left <= 0 or not STARTING.match(str(e)):
-                if left <= 0 and ready_timeout > 0:
-                    raise EndpointError(f"not answering after {ready_timeout:g} s{why}: {e}") from None
-                raise
-            if time.monotonic() - said >= 30:
-                _progress(f"{ep.name}: waiting for the engine to answer{why} ({e}; up to {left:.0f} s more)")
-                said = time.monotonic()
-        time.sleep(READY_POLL_S)
-
-
-def choose_api(ep: Endpoint, timeout: float, want: str) -> str:
-    """chat when the server answers a one-token chat request (a model without a chat template
-    refuses it), else completions. `want` chat/completions skips the probe."""
-    if want != "auto":
-        return want
-    body = {"model": ep.model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 1,
-            "stream": False}
-    try:
-        status, _ = Client(ep, timeout).call("POST", ep.url + "/v1/chat/completions", body, 1 << 20)
-    except (OSError, http.client.HTTPException) as e:
-        raise EndpointError(f"not reachable: POST /v1/chat/completions: {_oserror(e)}") from None
-    return "chat" if status == 200 else "completions"
-
-
-# ---------------------------------------------------------------------------- cache counters
-
-def parse_prometheus(text: str) -> dict[tuple[str, tuple], float]:
-    """Prometheus text -> {(name, ((label, value), ...)): value}; comments and junk skipped."""
-    out: dict[tuple[str, tuple], float] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        labels: tuple = ()
-        if "{" in line:
-            name, _, rest = line.partition("{")
-            body, sep, tail = rest.rpartition("}")
-            if not sep:
-                continue
-            labels = tuple(sorted(_labels(body)))
-        else:
-            name, _, tail = line.partition(" ")
-        fields = tail.split()
-        if not fields:
-            continue
-        try:
-            out[(name.strip(), labels)] = float(fields[0])
-        except ValueError:
-            continue
-    return out
-
-
-def _labels(body: str):
-    i, n = 0, len(body)
-    while i < n:
-        eq = body.find("=", i)
-        if eq < 0 or eq + 1 >= n or body[eq + 1] != '"':
-            return
-        key = body[i:eq].strip().lstrip(",").strip()
-        j, value = eq + 2, []
-        while j < n and body[j] != '"':
-            if body[j] == "\\" and j + 1 < n:
-                j += 1
-                value.append({"n": "\n"}.get(body[j], body[j]))
-            else:
-                value.append(body[j])
-            j += 1
-        yield key, "".join(value)
-        i = j + 1
-        while i < n and body[i] in ", ":
-            i += 1
-
-
-# (metric, label that splits it, kind, source name): kind "hit" or "query"
-CACHE_COUNTERS = (
-    ("vllm:prefix_cache_queries", None, "query", "vllm_prefix"),
-    ("vllm:prefix_cache_hits", None, "hit", "vllm_prefix"),
-    ("vllm:gpu_prefix_cache_queries", None, "query", "vllm_prefix"),  # before vLLM 0.10
-    ("vllm:gpu_prefix_cache_hits", None, "hit", "vllm_prefix"),
-    ("vllm:external_prefix_cache_queries", None, "query", "vllm_external"),
-    ("vllm:external_prefix_cache_hits", None, "hit", "vllm_external"),
-    ("vllm:prompt_tokens_cached_by_source", "source", "hit", "vllm_cached_{}"),
-    ("lmcache_mp_lookup_requested_tokens", None, "query", "lmcache"),
-    ("lmcache_mp_lookup_hit_l1_tokens", None, "hit", "lmcache_l1"),
-    ("lmcache_mp_lookup_hit_l2_tokens", None, "hit", "lmcache_l2"),
-    ("sglang:prompt_tokens", None, "query", "sglang"),
-    ("sglang:cached_tokens", "cache_source", "hit", "sglang_{}"),
-)
-# more counters worth keeping in the raw deltas (not hits themselves). SGLang's storage-tier
-# counters (0.5.23, with --enable-metrics) have one series per TP rank, summed here: tokens the
-# L3 lookups found, read into host memory, written to L3, and found but not used (by reason).
-EXTRA_COUNTERS = ("vllm:prompt_tokens_cached", "lmcache_mp_l2_store_completed_objects_chunks",
-                  "lmcache_mp_l2_load_completed_requests", "sglang:storage_prefetch_hit_tokens",
-                  "sglang:prefetched_tokens", "sglang:backuped_tokens", "sglang:storage_prefetch_unfulfilled_tokens")
-
-
-def cache_counters(text: str) -> dict[str, float]:
-    """The cache counters of a /metrics page: {name or name{label=value}: value summed over other labels}."""
-    parsed = parse_prometheus(text)
-    out: dict[str, float] = {}
-    wanted = {c[0]: c[1] for c in CACHE_COUNTERS} | dict.fromkeys(EXTRA_COUNTERS)
-    for (name, labels), value in parsed.items():
-        base = name[:-6] if name.endswith("_total") else name
-        if base not in wanted or name.endswith(("_created", "_bucket")):
-            continue
-        split = wanted[base]
-        key = base
-        if split:
-            label = dict(labels).get(split)
-            key = f"{base}{{{split}={label}}}" if label is not None else base
-        out[key] = out.get(key, 0.0) + value
-    return out
-
-
-def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """after - before per counter; a counter that appears only after (registered at first use) counts
-    from 0; a counter that went down (the engine restarted) counts from 0 too."""
-    out = {}
-    for key, value in after.items():
-        prev = before.get(key, 0.0)
-        out[key] = value - prev if value >= prev else value
-    return out
-
-
-def cache_summary(delta: dict[str, float]) -> dict:
-    """{hit_tokens: {source: n}, queried_tokens: {scope: n}, counters: raw deltas}."""
-    hits, queries = {}, {}
-    for metric, split, kind, source in CACHE_COUNTERS:
-        for key, value in delta.items():
-            if split and key.startswith(metric + "{"):
-                label = key[len(metric) + len(split) + 2:-1]
-                (hits if kind == "hit" else queries)[source.format(label)] = value
-            elif key == metric:
-                target = hits if kind == "hit" else queries
-                target[source] = target.get(source, 0.0) + value
-    return {"hit_tokens": hits, "queried_tokens": queries, "counters": dict(sorted(delta.items()))}
-
-
-def read_counters(client: Client, urls: list[str]) -> tuple[dict[str, float], list[str]]:
-    """The cache counters of every metrics URL together; the errors of those that did not answer."""
-    out, errors = {}, []
-    for url in urls:
-        try:
-            status, data = client.call("GET", url)
-        except (OSError, http.client.HTTPException) as e:
-            errors.append(f"{url}: {_oserror(e)}")
-            continue
-        if status != 200:
-            errors.append(f"{url}: HTTP {status}")
-            continue
-        for k, v in cache_counters(data.decode("utf-8", "replace")).items():
-            out[k] = out.get(k, 0.0) + v
-    return out, errors
-
-
 # ---------------------------------------------------------------------------- running
 
 @dataclass
@@ -842,31 +238,6 @@ class Settings:
     requests: int = 100  # measured requests per load point
     warmup: int = 10  # requests before them, not counted
     repeats: int = 1
-
-
-# Cache sources that are the storage tier (docs/loadtest.md): what a replay after a restart hits.
-STORAGE_SOURCES = ("lmcache_l2", "vllm_cached_disk", "sglang_storage")
-
-
-def _storage_hits(point: dict) -> dict:
-    """A point's hits per source, and the prompt tokens the storage tier served."""
-    hits = (point["cache"] or {}).get("hit_tokens", {})
-    return {"storage_hit_tokens": sum(hits.get(s, 0.0) for s in STORAGE_SOURCES), "hit_tokens": hits}
-
-
-def replay_rows(points: list[dict]) -> list[dict]:
-    """Per endpoint and prompt length: the cold run's first turn against the replay's first
-    turn after the restart (GPU and host tiers empty), and what the storage tier served."""
-    cold = {(p["instance"], p["prompt_tokens"]): p for p in points if p["phase"] == "sweep" and p["turn"] == 1}
-    rows = []
-    for p in points:
-        if p["phase"] != "replay" or p["turn"] != 1 or (p["instance"], p["prompt_tokens"]) not in cold:
-            continue
-        c = cold[p["instance"], p["prompt_tokens"]]
-        rows.append({"instance": p["instance"], "prompt_tokens": p["prompt_tokens"], **_storage_hits(p),
-                     "cold_ttft_ms_p50": c["ttft_ms"]["p50"],
-                     "replay_ttft_ms_p50": p["ttft_ms"]["p50"]})
-    return rows
 
 
 def cross_host_pairs(endpoints: list[Endpoint]) -> tuple[list[tuple[Endpoint, Endpoint]], dict[str, str]]:
@@ -894,24 +265,6 @@ def cross_host_pairs(endpoints: list[Endpoint]) -> tuple[list[tuple[Endpoint, En
     return pairs, why
 
 
-def cross_host_rows(points: list[dict]) -> list[dict]:
-    """Per pair and prompt length: the first turn of the source's conversations on the target
-    (restarted: its GPU and host tiers empty, and it never saw them) against the target's own
-    cold first turn, and what the storage tier served."""
-    cold = {(p["instance"], p["prompt_tokens"]): p for p in points if p["phase"] == "sweep" and p["turn"] == 1}
-    rows = []
-    for p in points:
-        if p["phase"] != "cross_host" or p["turn"] != 1:
-            continue
-        own, src = cold.get((p["instance"], p["prompt_tokens"])), cold.get((p.get("source"), p["prompt_tokens"]))
-        rows.append({"instance": p["instance"], "source": p.get("source"), "prompt_tokens": p["prompt_tokens"],
-                     **_storage_hits(p),
-                     "cold_ttft_ms_p50": own["ttft_ms"]["p50"] if own else None,
-                     "source_cold_ttft_ms_p50": src["ttft_ms"]["p50"] if src else None,
-                     "cross_host_ttft_ms_p50": p["ttft_ms"]["p50"]})
-    return rows
-
-
 class Stop:
     """When to stop: the --duration deadline, or Ctrl-C."""
 
@@ -934,24 +287,6 @@ def _request_body(ep: Endpoint, s: Settings, history: list[dict]) -> tuple[str, 
         return "/v1/chat/completions", {**body, "messages": history}
     prompt = "".join(f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}\n\n" for m in history)
     return "/v1/completions", {**body, "prompt": prompt + "Assistant:"}
-
-
-def measure_point(samples: list[dict], seconds: float) -> dict:
-    ok = [x for x in samples if x["ok"]]
-    errors = [x for x in samples if not x["ok"]]
-    out_tokens = sum(x["output_tokens"] or 0 for x in ok)
-    server_prompt = [x["prompt_tokens"] for x in ok if isinstance(x.get("prompt_tokens"), int)]
-    return {
-        "requests": len(samples), "ok": len(ok), "errors": len(errors),
-        "first_error": errors[0]["error"] if errors else None,
-        "seconds": round(seconds, 3),
-        "requests_per_s": round(len(ok) / seconds, 3) if seconds > 0 else None,
-        "output_tokens": out_tokens,
-        "output_tokens_per_s": round(out_tokens / seconds, 3) if seconds > 0 else None,
-        "server_prompt_tokens_mean": round(sum(server_prompt) / len(server_prompt), 1) if server_prompt else None,
-        "ttft_ms": rounded(percentiles([x["ttft"] * 1000 for x in ok])),
-        "latency_ms": rounded(percentiles([x["e2e"] * 1000 for x in ok])),
-    }
 
 
 def run_conversations(ep: Endpoint, conversations: list[Conversation], s: Settings, stop: Stop,
@@ -1223,7 +558,6 @@ def restart_engine(sources: list[str], ep: Endpoint, timeout: float, probe_timeo
 
 # ---------------------------------------------------------------------------- validate --engine-roundtrip
 
-READY_POLL_S = 2.0
 READY_TIMEOUT = 300.0  # a CPU vLLM on the lab answers ~1 min after its unit starts; a GPU model load can take minutes
 ROUNDTRIP = Settings(prompt_tokens=[1024], turns=1, users=1, output_tokens=4, duration=1800, replay=True,
                      seed="kvprov-roundtrip")  # 1024 tokens: several LMCache chunks / vLLM blocks
@@ -1324,11 +658,6 @@ def _roundtrip(sources: list[str], eps: list[Endpoint]) -> list:
                      lambda e: restart_engine(sources, e, cross.restart_timeout, 30), [(a, b)])["points"]
         results.append(cross_host_result(a, b, points))
     return results
-
-
-def _progress(line: str) -> None:
-    """A progress line on stderr; what a server said in it (model names, errors) escaped."""
-    print(f"loadtest: {printable(line)}", file=sys.stderr, flush=True)
 
 
 def _stamp() -> str:

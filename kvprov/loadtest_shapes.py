@@ -25,8 +25,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-from kvprov.loadtest import (Client, Endpoint, Settings, Stop, TokenCounter, _request_body, cache_summary,
-                             counter_delta, make_conversations, measure_point, read_counters)
+from kvprov.loadtest import Settings, Stop, _request_body
+from kvprov.loadtest_client import Client, Endpoint, read_counters
+from kvprov.loadtest_metrics import cache_summary, counter_delta, measure_point
+from kvprov.loadtest_workload import TokenCounter, make_conversations
 
 # The fewest samples a nearest-rank percentile needs to be more than the sample's maximum.
 MIN_SAMPLES = {"p50": 2, "p90": 10, "p99": 100}

@@ -182,7 +182,7 @@ class _Api(BaseHTTPRequestHandler):
 
 
 def test_loadtest_verifies_the_engine_with_its_ca_and_sends_the_key_to_its_api_only(tmp_path, pki):
-    from kvprov import loadtest
+    from kvprov import loadtest, loadtest_client
 
     (tmp_path / "srv.crt").write_text(pem(cert=pki["server"][0]))
     (tmp_path / "srv.key").write_text(pem(key=pki["server"][1]))
@@ -198,15 +198,15 @@ def test_loadtest_verifies_the_engine_with_its_ca_and_sends_the_key_to_its_api_o
         [ep] = loadtest.url_endpoints([f"https://127.0.0.1:{api.server_port}"], "k-0123456789", None,
                                       str(tmp_path / "ca.pem"))
         ep.metrics_urls.append(f"http://127.0.0.1:{plain.server_port}/metrics")
-        client = loadtest.Client(ep, 10)
+        client = loadtest_client.Client(ep, 10)
         assert client.get_json("/v1/models")["data"][0]["id"] == "tiny"
-        counters, errors = loadtest.read_counters(client, ep.metrics_urls)
+        counters, errors = loadtest_client.read_counters(client, ep.metrics_urls)
         assert errors == [] and counters
         assert _Api.seen == [(api.server_port, "/v1/models", "Bearer k-0123456789"),
                              (api.server_port, "/metrics", None), (plain.server_port, "/metrics", None)]
         [untrusted] = loadtest.url_endpoints([f"https://127.0.0.1:{api.server_port}"], None, None, None)
-        with pytest.raises(loadtest.EndpointError, match="TLS: the engine's certificate is not trusted"):
-            loadtest.Client(untrusted, 10).get_json("/v1/models")
+        with pytest.raises(loadtest_client.EndpointError, match="TLS: the engine's certificate is not trusted"):
+            loadtest_client.Client(untrusted, 10).get_json("/v1/models")
     finally:
         api.shutdown()
         plain.shutdown()

@@ -25,7 +25,10 @@ import pytest
 
 from kvprov import cli
 from kvprov import loadtest as lt
+from kvprov import loadtest_client as ltc
+from kvprov import loadtest_metrics as ltm
 from kvprov import loadtest_report as rep
+from kvprov import loadtest_workload as ltw
 from tests.conftest import ROOT, kvprov
 
 # What vLLM 0.32 and the LMCache MP server print on /metrics (prometheus_client text format:
@@ -205,15 +208,15 @@ SMALL = ["--prompt-tokens", "40,120", "--turns", "2", "--users", "2", "--output-
 # ---------------------------------------------------------------------------- pure parts
 
 def test_conversations_are_deterministic_unique_per_user_and_sized_in_words_without_a_tokenizer():
-    c = lt.TokenCounter(None)
+    c = ltw.TokenCounter(None)
     assert not c.exact and "approximate" in c.note
-    a = lt.make_conversations(c, 300, users=3, turns=3, turn_tokens=50, seed="s")
-    b = lt.make_conversations(c, 300, users=3, turns=3, turn_tokens=50, seed="s")
+    a = ltw.make_conversations(c, 300, users=3, turns=3, turn_tokens=50, seed="s")
+    b = ltw.make_conversations(c, 300, users=3, turns=3, turn_tokens=50, seed="s")
     assert [x.messages for x in a] == [x.messages for x in b]
     assert [x.message_tokens for x in a] == [[300, 50, 50]] * 3
     firsts = [x.messages[0].split()[:4] for x in a]
     assert len({tuple(f) for f in firsts}) == 3  # each user's text differs from its first words
-    assert lt.make_conversations(c, 300, 3, 3, 50, "other")[0].messages != a[0].messages
+    assert ltw.make_conversations(c, 300, 3, 3, 50, "other")[0].messages != a[0].messages
 
 
 def test_prompt_lengths_are_real_token_counts_with_the_models_tokenizer(tmp_path):
@@ -223,49 +226,49 @@ def test_prompt_lengths_are_real_token_counts_with_the_models_tokenizer(tmp_path
     tok = tokenizers.Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     rng = random.Random(0)
-    corpus = [" ".join(rng.choice(lt.WORDS) for _ in range(12)) for _ in range(300)]
+    corpus = [" ".join(rng.choice(ltw.WORDS) for _ in range(12)) for _ in range(300)]
     tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|im_end|>"],
                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                                         show_progress=False))
     (tmp_path / "model").mkdir()
     tok.save(str(tmp_path / "model" / "tokenizer.json"))
-    c = lt.TokenCounter(str(tmp_path / "model"))  # a model directory, as kvprov_engine_model_path names it
+    c = ltw.TokenCounter(str(tmp_path / "model"))  # a model directory, as kvprov_engine_model_path names it
     assert c.exact and c.describe()["path"].endswith("tokenizer.json")
     for n in (1, 17, 256, 1000):
-        text = lt.make_text(c, n, random.Random(n), "Conversation 0a1b of user 0:")
+        text = ltw.make_text(c, n, random.Random(n), "Conversation 0a1b of user 0:")
         assert n - 2 <= c.count(text) <= n
         assert len(tok.encode(text).ids) == c.count(text)
-    conv = lt.make_conversations(c, 500, 2, 2, 40, "x")[0]
+    conv = ltw.make_conversations(c, 500, 2, 2, 40, "x")[0]
     assert conv.message_tokens[0] in range(498, 501) and conv.message_tokens[1] in range(38, 41)
 
 
 def test_an_unreadable_tokenizer_falls_back_to_a_labelled_approximation(tmp_path):
     (tmp_path / "tokenizer.json").write_text("not json")
-    c = lt.TokenCounter(str(tmp_path))
+    c = ltw.TokenCounter(str(tmp_path))
     assert not c.exact and c.note.startswith("approximate")
-    assert "no tokenizer.json at /nonexistent" in lt.TokenCounter("/nonexistent").note
+    assert "no tokenizer.json at /nonexistent" in ltw.TokenCounter("/nonexistent").note
 
 
 def test_percentiles_of_a_point():
     samples = [{"ok": True, "ttft": t / 1000, "e2e": t / 100, "output_tokens": 10, "prompt_tokens": 100}
                for t in range(1, 101)] + [{"ok": False, "error": "HTTP 500: boom"}]
-    p = lt.measure_point(samples, 10.0)
+    p = ltm.measure_point(samples, 10.0)
     assert p["ttft_ms"] == {"p50": 50.0, "p90": 90.0, "p99": 99.0, "max": 100.0}
     assert p["latency_ms"]["p50"] == 500.0
     assert (p["requests"], p["ok"], p["errors"], p["first_error"]) == (101, 100, 1, "HTTP 500: boom")
     assert p["requests_per_s"] == 10.0 and p["output_tokens_per_s"] == 100.0
-    assert lt.measure_point([], 1.0)["ttft_ms"]["p50"] is None
+    assert ltm.measure_point([], 1.0)["ttft_ms"]["p50"] is None
 
 
 def test_prometheus_text_and_cache_deltas_per_source():
     before = VLLM_METRICS.format(q=1000.0, h=256.0, x=128.0) + LMCACHE_METRICS.format(q=900.0, l1=0.0, l2=0.0)
     after = VLLM_METRICS.format(q=3000.0, h=1280.0, x=640.0) + LMCACHE_METRICS.format(q=2900.0, l1=512.0, l2=256.0)
-    parsed = lt.parse_prometheus(after)
+    parsed = ltm.parse_prometheus(after)
     assert parsed[("vllm:prefix_cache_hits_total", (("engine", "0"), ("model_name", "tiny")))] == 1280.0
-    b, a = lt.cache_counters(before), lt.cache_counters(after)
+    b, a = ltm.cache_counters(before), ltm.cache_counters(after)
     assert "vllm:num_requests_running" not in a and "vllm:prefix_cache_queries" in a
     assert a["vllm:prompt_tokens_cached_by_source{source=device}"] == 1280.0
-    s = lt.cache_summary(lt.counter_delta(b, a))
+    s = ltm.cache_summary(ltm.counter_delta(b, a))
     assert s["hit_tokens"] == {"vllm_prefix": 1024.0, "vllm_external": 512.0, "vllm_cached_device": 1024.0,
                                "vllm_cached_external_unspecified": 512.0, "lmcache_l1": 512.0, "lmcache_l2": 256.0}
     assert s["queried_tokens"] == {"vllm_prefix": 2000.0, "vllm_external": 2000.0, "lmcache": 2000.0}
@@ -274,17 +277,17 @@ def test_prometheus_text_and_cache_deltas_per_source():
 
 def test_counters_registered_late_or_reset_by_a_restart_count_from_zero():
     # the LMCache MP server registers its lookup counters at the first lookup; a restart resets them
-    assert lt.counter_delta({}, {"lmcache_mp_lookup_hit_l2_tokens": 768.0}) == {"lmcache_mp_lookup_hit_l2_tokens": 768.0}
-    assert lt.counter_delta({"vllm:prefix_cache_hits": 5000.0}, {"vllm:prefix_cache_hits": 300.0}) == \
+    assert ltm.counter_delta({}, {"lmcache_mp_lookup_hit_l2_tokens": 768.0}) == {"lmcache_mp_lookup_hit_l2_tokens": 768.0}
+    assert ltm.counter_delta({"vllm:prefix_cache_hits": 5000.0}, {"vllm:prefix_cache_hits": 300.0}) == \
         {"vllm:prefix_cache_hits": 300.0}
     sg = ('sglang:cached_tokens_total{model_name="q",cache_source="device"} 100\n'
           'sglang:cached_tokens_total{model_name="q",cache_source="storage"} 40\n'
           'sglang:prompt_tokens_total{model_name="q"} 400\nsglang:cache_hit_rate{model_name="q"} 0.3\n'
           'weird{a="x\\"y,z",b="2"} 7 1700000000\nbroken{a="1" 3\n')
-    s = lt.cache_summary(lt.counter_delta({}, lt.cache_counters(sg)))
+    s = ltm.cache_summary(ltm.counter_delta({}, ltm.cache_counters(sg)))
     assert s["hit_tokens"] == {"sglang_device": 100.0, "sglang_storage": 40.0}
     assert s["queried_tokens"] == {"sglang": 400.0}
-    assert lt.parse_prometheus(sg)[("weird", (("a", 'x"y,z'), ("b", "2")))] == 7.0
+    assert ltm.parse_prometheus(sg)[("weird", (("a", 'x"y,z'), ("b", "2")))] == 7.0
 
 
 def test_urls_and_the_context_check():
@@ -295,10 +298,10 @@ def test_urls_and_the_context_check():
         with pytest.raises(lt.KvprovError) as e:
             lt.parse_url(bad)
         assert e.value.exit_code == 2
-    ep = lt.Endpoint("h/main", "http://h:8000", max_model_len=4096, max_model_len_from="/v1/models")
-    assert lt.context_needed(1000, 3, 100, 64) == 1000 + 2 * 164 + 64 + 48
-    assert lt.context_problems([ep], [1000, 3000], 3, 100, 64) == []
-    [line] = lt.context_problems([ep], [1000, 4000], 3, 100, 64)
+    ep = ltc.Endpoint("h/main", "http://h:8000", max_model_len=4096, max_model_len_from="/v1/models")
+    assert ltw.context_needed(1000, 3, 100, 64) == 1000 + 2 * 164 + 64 + 48
+    assert ltw.context_problems([ep], [1000, 3000], 3, 100, 64) == []
+    [line] = ltw.context_problems([ep], [1000, 4000], 3, 100, 64)
     assert "--prompt-tokens 4000" in line and "max_model_len 4096 (/v1/models)" in line and "h/main" in line
 
 
@@ -540,7 +543,7 @@ def test_replay_rows_compare_the_cold_first_turn_with_the_replayed_one_and_count
               point("replay", 256, 1, 50.0, {"lmcache_l2": 256.0, "lmcache_l1": 0.0}),
               point("replay", 256, 2, 30.0, {"vllm_prefix": 300.0}),
               point("sweep", 1024, 1, 200.0, {}), point("replay", 1024, 1, 210.0, {"vllm_prefix": 16.0})]
-    assert lt.replay_rows(points) == [
+    assert ltm.replay_rows(points) == [
         {"instance": "h/main", "prompt_tokens": 256, "storage_hit_tokens": 256.0,
          "hit_tokens": {"lmcache_l2": 256.0, "lmcache_l1": 0.0}, "cold_ttft_ms_p50": 90.0, "replay_ttft_ms_p50": 50.0},
         {"instance": "h/main", "prompt_tokens": 1024, "storage_hit_tokens": 0.0,
@@ -548,8 +551,8 @@ def test_replay_rows_compare_the_cold_first_turn_with_the_replayed_one_and_count
 
 
 def test_engine_roundtrip_passes_only_when_the_storage_tier_serves_the_replay():
-    ep = lt.Endpoint(name="h/main", url="http://h:8000", engine="lmcache_mp", host="h",
-                     units=["kvprov-lmcache-main.service", "kvprov-vllm-main.service"])
+    ep = ltc.Endpoint(name="h/main", url="http://h:8000", engine="lmcache_mp", host="h",
+                      units=["kvprov-lmcache-main.service", "kvprov-vllm-main.service"])
 
     def points(stored, l2):
         return [{"phase": "sweep", "instance": "h/main", "prompt_tokens": 1024, "turn": 1, "ttft_ms": {"p50": 400.0},
@@ -584,7 +587,7 @@ def test_engine_roundtrip_skips_an_engine_without_a_tier(tmp_path, monkeypatch):
     inv = tmp_path / "inv.yml"
     inv.write_text("all:\n  children:\n    gpu_nodes:\n      vars:\n        kvprov_engine: vllm_baseline\n"
                    "        kvprov_storage_server: 10.0.0.5\n      hosts:\n        h1:\n")
-    monkeypatch.setattr(lt, "probe", lambda *a: pytest.fail("no request to an engine without a tier"))
+    monkeypatch.setattr(ltc, "probe", lambda *a: pytest.fail("no request to an engine without a tier"))
     [r] = lt.roundtrip(str(inv), None)
     assert (r.id, r.status, r.host) == ("engine.main.roundtrip", "skip", "h1")
     assert r.found == "engine vllm_baseline has no KV tier: nothing to serve from storage after a restart"

@@ -7,14 +7,17 @@ cross-host turns hit nothing); the real engines on a shared namespace are a lab 
 import json
 
 from kvprov import loadtest as lt
+from kvprov import loadtest_client as ltc
+from kvprov import loadtest_metrics as ltm
 from kvprov import loadtest_report as rep
+from kvprov import loadtest_workload as ltw
 from tests.unit.test_loadtest import standins  # noqa: F401 (fixture)
 
 
-def ep(name: str, storage_dir: str | None = "/kv/ns", engine: str = "lmcache_mp", **kw) -> lt.Endpoint:
+def ep(name: str, storage_dir: str | None = "/kv/ns", engine: str = "lmcache_mp", **kw) -> ltc.Endpoint:
     host = name.split("/")[0]
-    return lt.Endpoint(name=name, url=f"http://{host}:8000", engine=engine, host=host, storage_dir=storage_dir,
-                       units=[f"kvprov-vllm-{name.split('/')[1]}.service"], **kw)
+    return ltc.Endpoint(name=name, url=f"http://{host}:8000", engine=engine, host=host, storage_dir=storage_dir,
+                        units=[f"kvprov-vllm-{name.split('/')[1]}.service"], **kw)
 
 
 def test_each_instance_goes_to_the_next_host_of_its_namespace_and_the_others_are_named():
@@ -40,7 +43,7 @@ def test_cross_host_rows_compare_the_other_hosts_prefix_with_the_hosts_own_cold_
     points = [point("sweep", "a/main", 1024, 1, 400.0, {}), point("sweep", "b/main", 1024, 1, 380.0, {}),
               point("cross_host", "b/main", 1024, 1, 90.0, {"lmcache_l2": 1024.0, "vllm_prefix": 0.0}, "a/main"),
               point("cross_host", "b/main", 1024, 2, 50.0, {"vllm_prefix": 1100.0}, "a/main")]
-    assert lt.cross_host_rows(points) == [
+    assert ltm.cross_host_rows(points) == [
         {"instance": "b/main", "source": "a/main", "prompt_tokens": 1024, "storage_hit_tokens": 1024.0,
          "hit_tokens": {"lmcache_l2": 1024.0, "vllm_prefix": 0.0}, "cold_ttft_ms_p50": 380.0,
          "source_cold_ttft_ms_p50": 400.0, "cross_host_ttft_ms_p50": 90.0}]
@@ -66,7 +69,7 @@ def test_run_restarts_the_target_then_replays_the_sources_conversations_there(st
     s = lt.Settings(prompt_tokens=[40], turns=2, users=1, output_tokens=4, turn_tokens=10, duration=60,
                     seed="x", cross_host=True)
     restarted = []
-    counters = {e.name: lt.TokenCounter(None) for e in (a, b)}
+    counters = {e.name: ltw.TokenCounter(None) for e in (a, b)}
     result = lt.run([a, b], s, lambda line: None, counters, lambda e: restarted.append((e.name, len(sb.prompts))))
     assert result["planned_points"] == len(result["points"]) == 8 and result["cross_host_skipped"] == {}
     assert [(p["phase"], p["instance"], p.get("source"), p["turn"]) for p in result["points"]] == [
@@ -76,7 +79,7 @@ def test_run_restarts_the_target_then_replays_the_sources_conversations_there(st
     assert [name for name, _ in restarted] == ["b/main", "a/main"]
     assert restarted[0][1] == 2  # b restarted after its own sweep, before a's conversations reached it
     assert sb.prompts[2] == sa.prompts[0]  # b got a's first turn, word for word
-    rows = lt.cross_host_rows(result["points"])
+    rows = ltm.cross_host_rows(result["points"])
     assert [(r["source"], r["instance"], r["storage_hit_tokens"]) for r in rows] == [
         ("a/main", "b/main", 0.0), ("b/main", "a/main", 0.0)]  # the stand-in has no storage tier
 

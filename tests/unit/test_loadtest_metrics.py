@@ -3,7 +3,7 @@ figures: the Prometheus parser, which counters count as hits and queries per sou
 deltas across a restart, the storage tier's share of a replay or a cross-host run, and a
 point's rates and percentiles (pure functions; the live runs are the lab's)."""
 
-from kvprov import loadtest as L
+from kvprov import loadtest_metrics as L
 
 
 def test_prometheus_text_with_labels_escapes_comments_and_junk():

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kvprov import loadtest as lt
+from kvprov import loadtest_client as ltc
 
 MODELS = json.dumps({"data": [{"id": "tiny", "max_model_len": 4096}]}).encode()
 
@@ -38,16 +38,16 @@ def serve(statuses: list[int]):
 
 @pytest.fixture(autouse=True)
 def fast(monkeypatch):
-    monkeypatch.setattr(lt, "READY_POLL_S", 0.05)
+    monkeypatch.setattr(ltc, "READY_POLL_S", 0.05)
     lines = []
-    monkeypatch.setattr(lt, "_progress", lines.append)
+    monkeypatch.setattr(ltc, "_progress", lines.append)
     return lines
 
 
 def test_a_starting_engine_is_waited_for_and_said(fast):
     server, seen = serve([503, 503])
-    ep = lt.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}")
-    lt.wait_ready(ep, 5, 30)
+    ep = ltc.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}")
+    ltc.wait_ready(ep, 5, 30)
     server.shutdown()
     assert ep.model == "tiny" and ep.max_model_len == 4096 and len(seen) == 3
     assert fast and fast[0].startswith("h/main: waiting for the engine to answer (GET /v1/models: HTTP 503")
@@ -57,7 +57,7 @@ def test_a_port_nothing_listens_on_yet_is_waited_for_until_it_answers():
     with socket.socket() as s:  # a free port, closed: connections are refused until the server binds it
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ep = lt.Endpoint("h/main", f"http://127.0.0.1:{port}")
+    ep = ltc.Endpoint("h/main", f"http://127.0.0.1:{port}")
     started = []
 
     def later():
@@ -70,25 +70,25 @@ def test_a_port_nothing_listens_on_yet_is_waited_for_until_it_answers():
 
     timer = threading.Timer(0.3, later)
     timer.start()
-    lt.wait_ready(ep, 5, 30)
+    ltc.wait_ready(ep, 5, 30)
     started[0].shutdown()
     assert ep.model == "tiny"
 
 
 def test_other_answers_fail_at_once_and_the_wait_has_an_end():
     server, seen = serve([401])
-    ep = lt.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}")
-    with pytest.raises(lt.EndpointError, match="HTTP 401"):
-        lt.wait_ready(ep, 5, 30)
+    ep = ltc.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}")
+    with pytest.raises(ltc.EndpointError, match="HTTP 401"):
+        ltc.wait_ready(ep, 5, 30)
     assert len(seen) == 1  # not retried
     server.shutdown()
     server, seen = serve([503] * 1000)
-    ep = lt.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}")
-    with pytest.raises(lt.EndpointError, match=r"^not answering after 0.3 s: GET /v1/models: HTTP 503"):
-        lt.wait_ready(ep, 5, 0.3)
+    ep = ltc.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}")
+    with pytest.raises(ltc.EndpointError, match=r"^not answering after 0.3 s: GET /v1/models: HTTP 503"):
+        ltc.wait_ready(ep, 5, 0.3)
     assert len(seen) > 1
-    with pytest.raises(lt.EndpointError, match=r"^GET /v1/models: HTTP 503"):  # 0: no wait at all
-        lt.wait_ready(ep, 5, 0)
+    with pytest.raises(ltc.EndpointError, match=r"^GET /v1/models: HTTP 503"):  # 0: no wait at all
+        ltc.wait_ready(ep, 5, 0)
     server.shutdown()
 
 
@@ -126,7 +126,7 @@ def streaming_server(close_silently: bool = False):
 @pytest.mark.parametrize("close_silently", [False, True])
 def test_streamed_requests_keep_their_connection_and_survive_a_server_closing_it(close_silently):
     server, ports = streaming_server(close_silently)
-    client = lt.Client(lt.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}"), 5)
+    client = ltc.Client(ltc.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}"), 5)
     results = [client.stream("/v1/chat/completions", {"messages": []}) for _ in range(4)]
     server.shutdown()
     assert all(r["ok"] and r["text"] == "hi" and r["output_tokens"] == 1 for r in results), results

@@ -10,7 +10,9 @@ import threading
 import pytest
 
 from kvprov import loadtest as lt
+from kvprov import loadtest_client as ltc
 from kvprov import loadtest_shapes as shapes
+from kvprov import loadtest_workload as ltw
 from tests.conftest import kvprov
 from tests.unit.test_loadtest import standins  # noqa: F401 - the fixture
 
@@ -25,16 +27,16 @@ def test_percentiles_only_where_the_sample_supports_them():
     assert shapes.supported(pcts, 99)["p99"] is None and shapes.supported(pcts, 100) == pcts
 
 
-def endpoint(server) -> lt.Endpoint:
-    ep = lt.Endpoint("s/main", server.url, metrics_urls=[server.url + "/metrics"], engine="vllm_offload", api="chat")
-    lt.probe(ep, 10)
+def endpoint(server) -> ltc.Endpoint:
+    ep = ltc.Endpoint("s/main", server.url, metrics_urls=[server.url + "/metrics"], engine="vllm_offload", api="chat")
+    ltc.probe(ep, 10)
     return ep
 
 
 def in_flight(monkeypatch) -> list[int]:
     """The most requests the client had in flight at once, observed around Client.stream."""
     lock, now, most = threading.Lock(), [0], [0]
-    stream = lt.Client.stream
+    stream = ltc.Client.stream
 
     def counted(self, path, body, *a):
         with lock:
@@ -45,7 +47,7 @@ def in_flight(monkeypatch) -> list[int]:
         finally:
             with lock:
                 now[0] -= 1
-    monkeypatch.setattr(lt.Client, "stream", counted)
+    monkeypatch.setattr(ltc.Client, "stream", counted)
     return most
 
 
@@ -53,7 +55,7 @@ def test_concurrency_holds_c_conversations_in_flight_and_counts_after_the_warmup
     server = standins(token_delay=0.01)
     ep = endpoint(server)
     most = in_flight(monkeypatch)
-    supply = shapes.Supply(lt.TokenCounter(None), 40, SETTINGS, "seed")
+    supply = shapes.Supply(ltw.TokenCounter(None), 40, SETTINGS, "seed")
     point = shapes.run_point(ep, SETTINGS, shapes.Shape("concurrency", 3), supply, 30, 6, lt.Stop(60), "seed")
     assert len(server.posts()) == 36 and most[0] == 3  # warm-up and measured requests, never more than 3 at once
     assert point["requests"] == point["ok"] == point["samples"] == 30 and point["warmup"] == 6
@@ -71,13 +73,13 @@ def test_concurrency_holds_c_conversations_in_flight_and_counts_after_the_warmup
 def test_a_request_rate_offers_the_requests_and_a_dead_engine_ends_the_point(standins):
     server = standins()
     ep = endpoint(server)
-    supply = shapes.Supply(lt.TokenCounter(None), 40, SETTINGS, "seed")
+    supply = shapes.Supply(ltw.TokenCounter(None), 40, SETTINGS, "seed")
     point = shapes.run_point(ep, SETTINGS, shapes.Shape("rate", 200.0), supply, 12, 3, lt.Stop(60), "seed")
     assert len(server.posts()) == 15 and point["samples"] == 12 and point["shape"] == "rate"
     dead = standins(fail=True)
     ep = endpoint(dead)
     point = shapes.run_point(ep, SETTINGS, shapes.Shape("concurrency", 2),
-                             shapes.Supply(lt.TokenCounter(None), 40, SETTINGS, "s"), 8, 0, lt.Stop(60), "s")
+                             shapes.Supply(ltw.TokenCounter(None), 40, SETTINGS, "s"), 8, 0, lt.Stop(60), "s")
     assert point["ok"] == 0 and point["errors"] == 8 and "engine core died" in point["first_error"]
 
 

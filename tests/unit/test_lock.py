@@ -118,12 +118,12 @@ def test_another_user_of_the_same_controller_is_another_owner_refused_not_taken_
 def test_an_engine_restart_is_refused_while_a_deploy_runs_and_takes_the_host_lock(tmp_path, monkeypatch):
     """loadtest --replay/--cross-host and validate --engine-roundtrip restart engines: refused
     while a deploy holds the inventory's lock, and restart.yml takes the host's lock."""
-    from kvprov import loadtest
+    from kvprov import loadtest, loadtest_client
 
     monkeypatch.setenv("KVPROV_LOCK_DIR", str(tmp_path / "locks"))
     inv = str(ROOT / "inventory/example.yml")
-    ep = loadtest.Endpoint(name="h/main", url="http://127.0.0.1:9", model_path="/m", host="h",
-                           units=["kvprov-vllm-main.service"])
+    ep = loadtest_client.Endpoint(name="h/main", url="http://127.0.0.1:9", model_path="/m", host="h",
+                                  units=["kvprov-vllm-main.service"])
     with lock.inventory_lock(inv, "deploy"):
         with pytest.raises(KvprovError) as e:
             loadtest.restart_engine([inv], ep, 1, 1)

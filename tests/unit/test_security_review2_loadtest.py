@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from kvprov import cli
-from kvprov import loadtest as lt
+from kvprov import loadtest_client as ltc
 from kvprov.validate.report import clean as printable
 
 KEY = "sk-kvprov/secret+key"  # a '/' that JSON may escape as '\/'
@@ -93,7 +93,7 @@ def test_printable_escapes_control_and_format_characters():
 
 def test_a_snippet_never_holds_the_key():
     body = json.dumps({"error": f"bad key Bearer {KEY}"}).replace("/", "\\/").encode() + f" {KEY}".encode()
-    text = lt._snippet(body, KEY)
+    text = ltc._snippet(body, KEY)
     assert KEY not in text and KEY.replace("/", "\\/") not in text and text.count("<redacted>") == 2
 
 

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from kvprov import loadtest as lt
+from kvprov import loadtest_metrics as ltm
 from kvprov.validate.checks.engine import server_command
 from kvprov.validate.result import FAIL, PASS, SKIP
 from tests.conftest import FIXTURES, ROOT, kvprov
@@ -76,8 +76,8 @@ AFTER = sglang_page(10240, 2048, 1024, 4096, 4096, 10240)
 # ---------------------------------------------------------------------------- loadtest
 
 def test_loadtest_reads_sglang_storage_hits_per_source():
-    delta = lt.counter_delta(lt.cache_counters(COLD), lt.cache_counters(AFTER))
-    s = lt.cache_summary(delta)
+    delta = ltm.counter_delta(ltm.cache_counters(COLD), ltm.cache_counters(AFTER))
+    s = ltm.cache_summary(delta)
     assert s["hit_tokens"] == {"sglang_device": 2048.0, "sglang_host": 1024.0, "sglang_storage": 4096.0}
     assert s["queried_tokens"] == {"sglang": 10240.0}
     # the storage tier's own counters, summed over the two TP ranks
@@ -91,11 +91,11 @@ def test_loadtest_reads_sglang_storage_hits_per_source():
 
 
 def test_a_replay_that_sglang_served_from_storage_counts_as_storage_hits():
-    hits = lt.cache_summary(lt.counter_delta(lt.cache_counters(COLD), lt.cache_counters(AFTER)))
+    hits = ltm.cache_summary(ltm.counter_delta(ltm.cache_counters(COLD), ltm.cache_counters(AFTER)))
     cold_point = {"instance": "h/main", "prompt_tokens": 4096, "phase": "sweep", "turn": 1,
                   "cache": {"hit_tokens": {}}, "ttft_ms": {"p50": 900.0}}
     replay = {**cold_point, "phase": "replay", "cache": hits, "ttft_ms": {"p50": 210.0}}
-    [row] = lt.replay_rows([cold_point, replay])
+    [row] = ltm.replay_rows([cold_point, replay])
     assert row["storage_hit_tokens"] == 4096.0
     assert (row["cold_ttft_ms_p50"], row["replay_ttft_ms_p50"]) == (900.0, 210.0)
 

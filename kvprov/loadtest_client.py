@@ -1,0 +1,338 @@
+"""kvprov loadtest's talking to a server: the Endpoint (one OpenAI-compatible server and
+where its cache counters are), the HTTP Client that sends requests to it alone (streamed
+inference over kept-alive connections, JSON calls, the API key to its API only), what it
+says when a server is down or refuses (EndpointError, answers cut and the key redacted), and
+the calls before any load: probe (/v1/models), wait_ready (an engine still starting),
+choose_api (chat or completions) and read_counters (its /metrics); and _progress, the
+progress line on stderr (here because wait_ready says its waiting with it; kvprov.loadtest's
+lines use it too).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import ssl
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from kvprov.loadtest_metrics import cache_counters
+from kvprov.validate.report import clean as printable
+
+USER_AGENT = "kvprov-loadtest"
+READY_POLL_S = 2.0
+
+
+# ---------------------------------------------------------------------------- the endpoint
+
+@dataclass
+class Endpoint:
+    """One OpenAI-compatible server to measure, and where its cache counters are."""
+
+    name: str  # host/instance, or host:port for --url
+    url: str  # scheme://host:port[/prefix], without /v1
+    metrics_urls: list[str] = field(default_factory=list)
+    engine: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # sent as Bearer to its API only; never printed or stored
+    ca_file: str | None = None  # https: the CA certificates to verify it with (None: the trust store)
+    via: dict | None = field(default=None, repr=False)  # on the host's loopback: its connection variables
+    tunnel: str | None = None  # how it is reached when through an ssh tunnel (said in the JSON)
+    max_model_len: int | None = None  # from /v1/models, else the inventory
+    max_model_len_from: str = ""
+    model: str | None = None  # served name, from /v1/models
+    model_path: str | None = None  # where its tokenizer files may be (inventory) or --tokenizer
+    api: str | None = None  # "chat" or "completions"
+    problem: str | None = None  # why it cannot be (or was not fully) measured
+    host: str | None = None  # the inventory host (restarts for --replay)
+    units: list[str] = field(default_factory=list)  # its engine units, in start order
+    storage_dir: str | None = None  # its KV tier's directory (inventory): a namespace other hosts may share
+
+    def public(self) -> dict:
+        return {"name": self.name, "url": self.url, "engine": self.engine, "model": self.model,
+                "max_model_len": self.max_model_len, "max_model_len_from": self.max_model_len_from or None,
+                "api": self.api, "metrics_urls": self.metrics_urls, "problem": self.problem, "tunnel": self.tunnel}
+
+
+# ---------------------------------------------------------------------------- HTTP client
+
+class Client:
+    """Requests to one endpoint only (its scheme, host and port; no redirects followed)."""
+
+    def __init__(self, ep: Endpoint, timeout: float):
+        self.ep, self.timeout = ep, timeout
+        self._tls: ssl.SSLContext | None = None  # made once: loading a trust store costs milliseconds of CPU
+        # Per thread, the connection its last streamed request left open: inference requests go
+        # over kept-alive connections, as OpenAI clients and `vllm bench serve` send them (a new
+        # TCP and TLS handshake per request costs the engine's host CPU and each TTFT a round trip).
+        self._kept = threading.local()
+
+    def _conn(self, url: str) -> tuple[http.client.HTTPConnection, str]:
+        parts = urlsplit(url)
+        if parts.scheme == "https":  # verified: the endpoint's CA file, else the trust store
+            if self._tls is None:
+                self._tls = ssl.create_default_context(cafile=self.ep.ca_file)
+            return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=self.timeout,
+                                               context=self._tls), parts.path or "/"
+        return http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout), parts.path or "/"
+
+    def _post(self, path: str, body: dict) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, float]:
+        """POST on this thread's kept connection, else a new one: (connection, response, when it was
+        sent). A kept connection the server has closed meanwhile (its keep-alive timeout) answers
+        nothing: the request goes once more, on a new connection."""
+        url = self.ep.url + path
+        data, headers = json.dumps(body).encode(), self._headers(url, True)
+        kept, self._kept.conn = getattr(self._kept, "conn", None), None
+        if kept is not None:
+            start = time.monotonic()
+            try:
+                kept.request("POST", urlsplit(url).path, body=data, headers=headers)
+                return kept, kept.getresponse(), start
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                kept.close()
+        conn, base = self._conn(url)
+        start = time.monotonic()
+        try:
+            conn.request("POST", base, body=data, headers=headers)
+            return conn, conn.getresponse(), start
+        except BaseException:
+            conn.close()
+            raise
+
+    def _headers(self, url: str, body: bool) -> dict:
+        h = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        if body:
+            h["Content-Type"] = "application/json"
+        if self.ep.api_key and self.sends_key(url):
+            h["Authorization"] = f"Bearer {self.ep.api_key}"
+        return h
+
+    def sends_key(self, url: str) -> bool:
+        """The key goes to the endpoint's own API only: not to its /metrics (open on every
+        engine) nor to another port (LMCache MP's metrics, plain HTTP)."""
+        return url.startswith(self.ep.url + "/") and url != self.ep.url + "/metrics"
+
+    def call(self, method: str, url: str, body: dict | None = None, limit: int = 16 << 20) -> tuple[int, bytes]:
+        conn, path = self._conn(url)
+        try:
+            conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
+                         headers=self._headers(url, body is not None))
+            resp = conn.getresponse()
+            return resp.status, resp.read(limit)
+        finally:
+            conn.close()
+
+    def get_json(self, path: str, body: dict | None = None) -> dict:
+        """GET path (POST with a body) -> JSON object; raises EndpointError saying what went wrong."""
+        method = "GET" if body is None else "POST"
+        try:
+            status, data = self.call(method, self.ep.url + path, body)
+        except (OSError, http.client.HTTPException) as e:
+            raise EndpointError(f"not reachable: {method} {path}: {_oserror(e)}") from None
+        if status != 200:
+            raise EndpointError(f"{method} {path}: HTTP {status}{_auth_hint(status, self.ep)}: "
+                                f"{_snippet(data, self.ep.api_key)}")
+        try:
+            value = json.loads(data)
+        except ValueError:
+            raise EndpointError(f"not an OpenAI-compatible server: {method} {path} did not answer JSON "
+                                f"({_snippet(data, self.ep.api_key)})") from None
+        if not isinstance(value, dict):
+            raise EndpointError(f"not an OpenAI-compatible server: {method} {path} did not answer a JSON object")
+        return value
+
+    def stream(self, path: str, body: dict, deadline: float | None = None) -> dict:
+        """One streamed request: {ok, ttft, e2e (s), output_tokens, prompt_tokens (server's), text, error}."""
+        out = {"ok": False, "ttft": None, "e2e": None, "output_tokens": 0, "prompt_tokens": None, "text": "",
+               "error": None}
+        start = time.monotonic()
+        conn, keep = None, False
+        pieces, chunks, usage = [], 0, None
+        try:
+            conn, resp, start = self._post(path, body)
+            if resp.status != 200:
+                out["error"] = f"POST {path}: HTTP {resp.status}{_auth_hint(resp.status, self.ep)}: " \
+                               f"{_snippet(resp.read(4096), self.ep.api_key)}"
+                return out
+            if "text/event-stream" not in (resp.getheader("Content-Type") or ""):
+                out["error"] = (f"not an OpenAI-compatible stream: POST {path} answered "
+                                f"{printable(resp.getheader('Content-Type') or 'no Content-Type')}: "
+                                f"{_snippet(resp.read(4096), self.ep.api_key)}")
+                return out
+            done = False
+            while True:
+                line = resp.readline(1 << 20)
+                if not line:
+                    break
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                try:
+                    event = json.loads(data)
+                except ValueError:
+                    out["error"] = f"not an OpenAI-compatible stream: {_snippet(data, self.ep.api_key)}"
+                    return out
+                if isinstance(event, dict) and event.get("error"):
+                    err = event["error"]
+                    message = err.get("message", err) if isinstance(err, dict) else err
+                    out["error"] = f"error event: {_snippet(json.dumps(message).encode(), self.ep.api_key)}"
+                    return out
+                usage = event.get("usage") or usage
+                text = "".join(_choice_text(c) for c in event.get("choices") or [])
+                if text:
+                    if out["ttft"] is None:
+                        out["ttft"] = time.monotonic() - start
+                    pieces.append(text)
+                    chunks += 1
+            if not done:
+                out["error"] = f"POST {path}: the stream ended without [DONE]"
+                return out
+            out["e2e"] = time.monotonic() - start
+            resp.read()  # the rest of the body (the chunked encoding's end): the connection can serve the next
+            keep = not resp.will_close
+        except (OSError, http.client.HTTPException) as e:
+            out["error"] = f"POST {path}: {_oserror(e)}"
+            return out
+        finally:
+            if out["e2e"] is None:
+                out["e2e"] = time.monotonic() - start
+            if keep:
+                self._kept.conn = conn
+            elif conn is not None:
+                conn.close()
+        out["text"] = "".join(pieces)
+        if isinstance(usage, dict):
+            out["prompt_tokens"] = usage.get("prompt_tokens")
+            out["output_tokens"] = usage.get("completion_tokens") or chunks
+        else:
+            out["output_tokens"] = chunks
+        if out["ttft"] is None:
+            out["ttft"] = out["e2e"]  # no text at all (an immediate stop): the first token is the last
+        out["ok"] = True
+        return out
+
+
+class EndpointError(Exception):
+    pass
+
+
+def _choice_text(choice: dict) -> str:
+    if not isinstance(choice, dict):
+        return ""
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return (delta.get("content") or "") + (delta.get("reasoning_content") or "")
+    return choice.get("text") or ""
+
+
+def _oserror(e: Exception) -> str:
+    if isinstance(e, TimeoutError) or "timed out" in str(e):
+        return "timed out"
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return (f"TLS: the engine's certificate is not trusted ({e.verify_message}; the CA goes in "
+                "kvprov_engine_tls_ca_file, or --cacert with --url)")
+    return getattr(e, "strerror", None) or str(e) or type(e).__name__
+
+
+def _snippet(data: bytes, secret: str | None = None, n: int = 200) -> str:
+    """The start of a server's answer, for a message and the run's files: one line, control
+    characters as '?', the API key (`secret`: a server may echo the request, a 401 the key it
+    refused) as <redacted>, also as JSON writes it (escaped, '/' as '\\/')."""
+    text = data.decode("utf-8", "replace")
+    escaped = json.dumps(secret)[1:-1] if secret else ""
+    for form in sorted({secret, escaped, escaped.replace("/", "\\/")} if secret else (), key=len, reverse=True):
+        text = text.replace(form, "<redacted>")
+    text = text.strip().replace("\n", " ")
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return (text[:n] + "...") if len(text) > n else text or "(empty)"
+
+
+def _auth_hint(status: int, ep: Endpoint) -> str:
+    if status not in (401, 403):
+        return ""
+    return " (the API key was refused)" if ep.api_key else " (the server wants an API key: kvprov_engine_api_key_file " \
+                                                           "or --api-key-file)"
+
+
+# ---------------------------------------------------------------------------- before the load
+
+def probe(ep: Endpoint, timeout: float) -> None:
+    """GET /v1/models: the served model and its context (sets ep.model, ep.max_model_len); raises
+    EndpointError. No inference request."""
+    models = Client(ep, timeout).get_json("/v1/models")
+    data = models.get("data")
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict) or not data[0].get("id"):
+        raise EndpointError("not an OpenAI-compatible server: GET /v1/models has no model in `data`")
+    ep.model = str(data[0]["id"])
+    limit = data[0].get("max_model_len") or data[0].get("context_length")
+    if isinstance(limit, int) and limit > 0:
+        ep.max_model_len, ep.max_model_len_from = limit, "/v1/models"
+
+
+STARTING = re.compile(r"not reachable: |.*: HTTP 50[23]\b")  # no answer yet, or "starting" (engine loading)
+
+
+def wait_ready(ep: Endpoint, timeout: float, ready_timeout: float, why: str = "") -> None:
+    """probe() until the engine answers: while it refuses connections or says 502/503 (a unit
+    just started loads its model for a while), for at most ready_timeout seconds, saying so
+    every 30 s; any other answer (a wrong key, not an OpenAI server) fails at once.
+    EndpointError with the last reason when it never answers."""
+    deadline = time.monotonic() + ready_timeout
+    said = 0.0
+    while True:
+        try:
+            probe(ep, timeout)
+            return
+        except EndpointError as e:
+            left = deadline - time.monotonic()
+            if left <= 0 or not STARTING.match(str(e)):
+                if left <= 0 and ready_timeout > 0:
+                    raise EndpointError(f"not answering after {ready_timeout:g} s{why}: {e}") from None
+                raise
+            if time.monotonic() - said >= 30:
+                _progress(f"{ep.name}: waiting for the engine to answer{why} ({e}; up to {left:.0f} s more)")
+                said = time.monotonic()
+        time.sleep(READY_POLL_S)
+
+
+def choose_api(ep: Endpoint, timeout: float, want: str) -> str:
+    """chat when the server answers a one-token chat request (a model without a chat template
+    refuses it), else completions. `want` chat/completions skips the probe."""
+    if want != "auto":
+        return want
+    body = {"model": ep.model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 1,
+            "stream": False}
+    try:
+        status, _ = Client(ep, timeout).call("POST", ep.url + "/v1/chat/completions", body, 1 << 20)
+    except (OSError, http.client.HTTPException) as e:
+        raise EndpointError(f"not reachable: POST /v1/chat/completions: {_oserror(e)}") from None
+    return "chat" if status == 200 else "completions"
+
+
+def read_counters(client: Client, urls: list[str]) -> tuple[dict[str, float], list[str]]:
+    """The cache counters of every metrics URL together; the errors of those that did not answer."""
+    out, errors = {}, []
+    for url in urls:
+        try:
+            status, data = client.call("GET", url)
+        except (OSError, http.client.HTTPException) as e:
+            errors.append(f"{url}: {_oserror(e)}")
+            continue
+        if status != 200:
+            errors.append(f"{url}: HTTP {status}")
+            continue
+        for k, v in cache_counters(data.decode("utf-8", "replace")).items():
+            out[k] = out.get(k, 0.0) + v
+    return out, errors
+
+
+def _progress(line: str) -> None:
+    """A progress line on stderr; what a server said in it (model names, errors) escaped."""
+    print(f"loadtest: {printable(line)}", file=sys.stderr, flush=True)
