@@ -51,12 +51,13 @@ def _template(inventory: str | list[str], hosts: list[str]) -> tuple[dict[str, d
     return {h: result.captured[h]["ansible_facts"]["kvprov_desired"] for h in hosts if h in result.captured}, result
 
 
-def compute(inventory: str | list[str], limit: str | None = None) -> tuple[dict[str, dict], list[runner.RunResult]]:
+def compute(inventory: str | list[str], limit: str | None = None,
+            classes: list[desired_classes.HostClass] | None = None) -> tuple[dict[str, dict], list[runner.RunResult]]:
     """({host: desired state} of the hosts it could compute, the Ansible runs), each distinct
     state templated once (kvprov.desired_classes): the classes' probes in one run, the other
     hosts' states derived from them, and in a second run the hosts they cannot be derived
     for. A class whose probe failed gets no state."""
-    classes = desired_classes.plan(host_variables(inventory, limit))
+    classes = desired_classes.plan(host_variables(inventory, limit)) if classes is None else classes
     states, first = _template(inventory, [h for c in classes for h in c.probes])
     per_host = []
     for c in classes:
@@ -87,14 +88,20 @@ def file_name(host: str) -> str:
 
 
 @contextlib.contextmanager
-def written(inventory: str | list[str], limit: str | None = None) -> Iterator[Path]:
+def written(inventory: str | list[str], limit: str | None = None) -> Iterator[Path | None]:
     """A private (0700) directory, removed afterwards, with each host's desired state in its
     file_name(): what playbooks/collect.yml reads given `kvprov_desired_dir`, instead of
-    templating it per host. A host whose state could not be computed has no file there:
-    collect.yml computes it itself and reports the failure on that host, as without this."""
+    templating it per host; None where no class has a host whose state could be derived (a
+    small or varied fleet: a run of its own would only add Ansible's start-up). A host whose
+    state could not be computed has no file there: collect.yml computes it itself and reports
+    the failure on that host, as without this."""
+    classes = desired_classes.plan(host_variables(inventory, limit))
+    if not any(c.rest and len(c.probes) == 2 for c in classes):
+        yield None  # no state to derive: collect.yml templates each host's as it goes, without a run of its own
+        return
     directory = Path(tempfile.mkdtemp(prefix="kvprov-desired-"))
     try:
-        states, _ = compute(inventory, limit)
+        states, _ = compute(inventory, limit, classes)
         for host, state in states.items():
             fd = os.open(directory / file_name(host), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:

@@ -220,14 +220,20 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
     """Run a playbook on the inventory sources (each passed as -i, in order); `capture` names
     a task whose per-host results are kept in `captured`. A playbook of TAKES_DESIRED gets the
     hosts' desired states computed first, each distinct one once (kvprov.desired.written)."""
-    import ansible_runner
-
+    args = dict(name=name, limit=limit, tags=tags, check=check, diff=diff, stream=stream, verbose=verbose,
+                capture=capture)
     if playbook in TAKES_DESIRED and DESIRED_DIR not in (extravars or {}):
         from kvprov import desired  # imports this module
 
-        with desired.written(inventory, limit) as directory:
-            return run(playbook, inventory, name=name, extravars={**(extravars or {}), DESIRED_DIR: str(directory)},
-                       limit=limit, tags=tags, check=check, diff=diff, stream=stream, verbose=verbose, capture=capture)
+        with desired.written(inventory, limit) as directory:  # None: each host's is its own
+            more = {DESIRED_DIR: str(directory)} if directory else {}
+            return _run(playbook, inventory, extravars={**(extravars or {}), **more}, **args)
+    return _run(playbook, inventory, extravars=extravars, **args)
+
+
+def _run(playbook: str, inventory: str | Path | list[str], *, name: str, extravars: dict | None, limit: str | None,
+         tags: str | None, check: bool, diff: bool, stream, verbose: bool, capture: str | None) -> RunResult:
+    import ansible_runner
 
     stream = stream or sys.stderr
     limit = limit_patterns(limit)

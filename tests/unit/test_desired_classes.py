@@ -194,10 +194,40 @@ def test_collect_reads_the_desired_state_kvprov_wrote_and_computes_it_for_a_host
 
 
 def test_written_is_private_and_gone_after_the_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(desired, "compute", lambda inventory, limit: ({"gpu/1": {"host": "gpu/1"}}, []))
+    same = {"kvprov_engine": "sglang", "group_names": ["gpu_nodes"]}
+    monkeypatch.setattr(desired, "host_variables", lambda inventory, limit: {
+        h: {**same, "inventory_hostname": h} for h in ("gpu/1", "gpu/2", "gpu/3")})
+    monkeypatch.setattr(desired, "compute", lambda inventory, limit, classes: ({"gpu/1": {"host": "gpu/1"}}, []))
     with desired.written("inv.yml") as directory:
         assert directory.stat().st_mode & 0o777 == 0o700
         [path] = directory.iterdir()
         assert path.name == desired.file_name("gpu/1") and path.stat().st_mode & 0o777 == 0o600
         assert json.loads(path.read_text()) == {"host": "gpu/1"}
     assert not directory.exists()
+
+
+def test_nothing_is_written_ahead_when_no_state_could_be_derived(monkeypatch):
+    """Two hosts of a class are both probes and hosts of other classes are alone: no state to
+    derive, so collect.yml templates each as before, without a desired.yml run of its own."""
+    monkeypatch.setattr(desired, "host_variables", lambda inventory, limit: {
+        "a": {"kvprov_engine": "sglang", "inventory_hostname": "a"},
+        "b": {"kvprov_engine": "sglang", "inventory_hostname": "b"},
+        "c": {"kvprov_engine": "vllm", "inventory_hostname": "c"}})
+    monkeypatch.setattr(desired, "compute", lambda *a: pytest.fail("templated ahead for nothing"))
+    with desired.written("inv.yml") as directory:
+        assert directory is None
+
+
+def test_the_runner_hands_collect_the_states_written_ahead_only_when_one_is_derived(monkeypatch):
+    seen = []
+    monkeypatch.setattr(runner, "_run", lambda playbook, inventory, extravars, **kw: seen.append(
+        (playbook, dict(extravars or {}))))
+    monkeypatch.setattr(desired, "compute", lambda inventory, limit, classes: ({}, []))
+    three = {h: {"kvprov_engine": "sglang", "inventory_hostname": h} for h in ("a", "b", "c")}
+    monkeypatch.setattr(desired, "host_variables", lambda inventory, limit: three)
+    runner.run("collect.yml", "inv.yml", name="collect")
+    monkeypatch.setattr(desired, "host_variables", lambda inventory, limit: {h: three[h] for h in ("a", "b")})
+    runner.run("collect.yml", "inv.yml", name="collect")
+    runner.run("site.yml", "inv.yml", name="deploy")
+    assert [p for p, _ in seen] == ["collect.yml", "collect.yml", "site.yml"]
+    assert set(seen[0][1]) == {runner.DESIRED_DIR} and seen[1][1] == {} and seen[2][1] == {}
