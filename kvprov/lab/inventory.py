@@ -70,7 +70,10 @@ ENGINE_VARS = {
     "kvprov_lmcache_version": "0.5.6",
     "kvprov_vllm_block_size": 128,  # the CPU backend's block
     "kvprov_vllm_max_model_len": 4096,
-    "kvprov_vllm_dtype": "bfloat16",
+    # float32, not bfloat16: with bfloat16 on a CPU with AMX, vLLM 0.32's CPU attention runs AMX
+    # tile instructions in a worker that never asked the kernel for AMX state (arch_prctl), which
+    # dies of SIGILL, now and then, without a log line (PYTHONFAULTHANDLER showed it on the lab)
+    "kvprov_vllm_dtype": "float32",
     "kvprov_lmcache_mp_l1_size_gb": 1,
     "kvprov_lmcache_mp_l2_type": "fs",
 }
