@@ -191,6 +191,12 @@ def test_collect_reads_the_desired_state_kvprov_wrote_and_computes_it_for_a_host
                         extravars={runner.DESIRED_DIR: str(tmp_path / "states"), "kvprov_collect_probes": False})
     captured = {h: r["ansible_facts"]["kvprov_collected"]["desired"] for h, r in result.captured.items()}
     assert captured == {"one": given, "two": desired.load(str(inv))["two"]}
+    # without the directory (a fleet with nothing to derive): every host computes its own
+    alone = runner._run("collect.yml", str(inv), name="collect", capture="Capture the live state",
+                        extravars={"kvprov_collect_probes": False}, limit=None, tags=None, check=False, diff=False,
+                        stream=None, verbose=False)
+    assert {h: r["ansible_facts"]["kvprov_collected"]["desired"] for h, r in alone.captured.items()} == \
+        desired.load(str(inv)), alone.failures
 
 
 def test_written_is_private_and_gone_after_the_run(tmp_path, monkeypatch):
