@@ -588,7 +588,7 @@ class Bench:
                  "open_ms": rounded(percentiles([io["open_ms"] for io in ios])),
                  "close_ms": rounded(percentiles([io["close_ms"] for io in ios if "close_ms" in io])),
                  "overhead_us": None if mean_us is None else round(mean_us, 1),
-                 "overhead_cap_gbps": round(self.size / mean_us / 1e3, 2) if mean_us else None}
+                 "overhead_cap_gbps": float(f"{self.size / mean_us / 1e3:.3g}") if mean_us else None}
         if self.args.trace:
             stats["trace"] = [[io["index"]] + [None if k not in io else round((io[k] - t_open) * 1e6)
                                                for k in TRACE_EVENTS] for io in ios]
