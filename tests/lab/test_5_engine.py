@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -71,12 +70,13 @@ def http(path, body=None, port=8000, timeout=120, key=API_KEY, status=200):
 
 
 def wait_healthy(deadline=300, addr=ADDR):
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if ssh(*addr, f"python3 -c \"import ssl, urllib.request as u; u.urlopen('https://127.0.0.1:8000/health', "
-                      f"timeout=5, context={TLS})\"", timeout=30).returncode == 0:
-            return
-        time.sleep(5)
+    """Polls /health inside the container every half second (one ssh session for the whole wait)."""
+    probe = (f"python3 -c \"import ssl, urllib.request as u; u.urlopen('https://127.0.0.1:8000/health', "
+             f"timeout=5, context={TLS})\" 2>/dev/null")
+    end = f"$(( $(date +%s) + {deadline} ))"
+    if ssh(*addr, f"end={end}; until {probe}; do [ $(date +%s) -lt $end ] || exit 1; sleep 0.5; done",
+           timeout=deadline + 60).returncode == 0:
+        return
     raise AssertionError(f"{VLLM} not healthy after {deadline}s:\n" + ssh(*addr, f"journalctl -u {VLLM} -u {SERVER} "
                                                                          "-n 60 --no-pager", timeout=30).stdout)
 
