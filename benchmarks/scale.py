@@ -223,9 +223,9 @@ def run_size(n: int, rounds: int, tmp: Path, with_variants: bool = False, only: 
                     raise SystemExit(f"drift on {host} failed: {r.stderr}")
             continue
         for i in range(times):
-            print(f"  {n:>3} hosts: {name} ({i + 1}/{times}) ...", end="", flush=True)
             if only and name not in only and name != "first deploy":  # the hosts are deployed in any case
                 break
+            print(f"  {n:>3} hosts: {name} ({i + 1}/{times}) ...", end="", flush=True)
             m = measure(cmd, timeout=TIMEOUT, env=cfg if cmd[0].startswith("ansible") else None)
             print(f" {m['seconds']:.1f} s, {m['cpu_s']:.0f} CPU s, {m['peak_rss_mib']} MiB, rc {m['rc']}", flush=True)
             if m["rc"] == -signal.SIGKILL:
@@ -368,8 +368,8 @@ def main() -> int:
         try:
             for n in wanted:
                 print(f"{n} container hosts: lab up ...", flush=True)
-                sizes = sorted([*sizes, run_size(n, args.rounds, Path(tmp), with_variants=n == args.variants)],
-                               key=lambda s: s["hosts"])
+                size = run_size(n, args.rounds, Path(tmp), with_variants=n == args.variants, only=args.only)
+                sizes = sorted([*sizes, size], key=lambda s: s["hosts"])
                 args.json.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "sizes": sizes}, indent=2) + "\n")
         finally:
             lab_down()
