@@ -366,7 +366,7 @@ def gather(sources: str | list[str], limit: str | None, timeout: int) -> tuple[l
     results: list[Result] = []
     gauges: list[Gauge] = []
     for host, captured in sorted(result.captured.items()):
-        b = Bundle(files=bundle_files(captured))
+        b = Bundle(files=bundle_files(captured, result.desired.get(host)))
         try:
             desired = bf.load_desired(b)
             results += audit(b, desired)

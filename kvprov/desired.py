@@ -24,7 +24,7 @@ from kvprov import check, desired_classes, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, KvprovError
 from kvprov.inventory import TARGET_GROUP, describe, hosts_matching, plain, source_list
 
-TASK = "Compute the desired state"
+TASK = runner.DESIRED_TASK
 
 
 def host_variables(inventory: str | list[str], limit: str | None = None) -> dict[str, dict]:
@@ -46,9 +46,8 @@ def _template(inventory: str | list[str], hosts: list[str]) -> tuple[dict[str, d
     for no host)."""
     if not hosts:
         return {}, None
-    result = runner.run("desired.yml", inventory, name="desired", limit=",".join(hosts), stream=io.StringIO(),
-                        capture=TASK)
-    return {h: result.captured[h]["ansible_facts"]["kvprov_desired"] for h in hosts if h in result.captured}, result
+    result = runner.run("desired.yml", inventory, name="desired", limit=",".join(hosts), stream=io.StringIO())
+    return {h: result.desired[h] for h in hosts if h in result.desired}, result
 
 
 def compute(inventory: str | list[str], limit: str | None = None,
@@ -87,25 +86,34 @@ def file_name(host: str) -> str:
     return hashlib.sha256(host.encode()).hexdigest() + ".json"
 
 
+def collector_view(state: dict) -> dict:
+    """A desired state as the collector module takes it (playbooks/collect.yml): the managed
+    files as a list of paths, never their content (a module's arguments are logged on its target)."""
+    return {**state, "files": sorted(state["files"])}
+
+
 @contextlib.contextmanager
-def written(inventory: str | list[str], limit: str | None = None) -> Iterator[Path | None]:
-    """A private (0700) directory, removed afterwards, with each host's desired state in its
-    file_name(): what playbooks/collect.yml reads given `kvprov_desired_dir`, instead of
-    templating it per host; None where no class has a host whose state could be derived (a
-    small or varied fleet: a run of its own would only add Ansible's start-up). A host whose
-    state could not be computed has no file there: collect.yml computes it itself and reports
-    the failure on that host, as without this."""
+def written(inventory: str | list[str], limit: str | None = None) -> Iterator[tuple[Path, dict[str, dict]] | None]:
+    """(a private (0700) directory, removed afterwards, with each host's collector_view() in its
+    file_name(); {host: desired state}): what playbooks/collect.yml reads given
+    `kvprov_desired_dir`, instead of templating each host's state itself. None where no class
+    has a host whose state could be derived (a small or varied fleet: a run of its own would only
+    add Ansible's start-up), or where a host's state could not be computed (collect.yml computes
+    every host's itself and reports the failure on that host)."""
     classes = desired_classes.plan(host_variables(inventory, limit))
     if not any(c.rest and len(c.probes) == 2 for c in classes):
         yield None  # no state to derive: collect.yml templates each host's as it goes, without a run of its own
         return
+    states, _ = compute(inventory, limit, classes)
+    if any(h not in states for c in classes for h in c.members):
+        yield None
+        return
     directory = Path(tempfile.mkdtemp(prefix="kvprov-desired-"))
     try:
-        states, _ = compute(inventory, limit, classes)
         for host, state in states.items():
             fd = os.open(directory / file_name(host), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:
-                json.dump(state, fh)
-        yield directory
+                json.dump(collector_view(state), fh)
+        yield directory, states
     finally:
         shutil.rmtree(directory, ignore_errors=True)

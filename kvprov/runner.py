@@ -44,6 +44,7 @@ class RunResult:
     failures: list[Failure] = field(default_factory=list)
     diffs: list[dict] = field(default_factory=list)
     captured: dict[str, dict] = field(default_factory=dict)  # host -> result of the capture task
+    desired: dict[str, dict] = field(default_factory=dict)  # host -> desired state (DESIRED_TASK, TAKES_DESIRED)
     seconds: float = 0.0
 
     @property
@@ -187,6 +188,8 @@ class _Printer:
         elif kind == "runner_on_ok":
             if self.capture and task == self.capture:
                 self.result.captured[host] = data.get("res", {})
+            if task == DESIRED_TASK and "kvprov_desired" in (data.get("res", {}).get("ansible_facts") or {}):
+                self.result.desired[host] = data["res"]["ansible_facts"]["kvprov_desired"]
             if data.get("res", {}).get("changed"):
                 self.say(f"  changed: {host}")
             for warning in data.get("res", {}).get("warnings") or []:
@@ -209,9 +212,11 @@ class _Printer:
         return True  # keep the event in the artifacts
 
 
-# Playbooks that import tasks/desired.yml for each host unless DESIRED_DIR names the states.
+# Playbooks that import tasks/desired.yml for each host unless DESIRED_DIR names the states;
+# the task of tasks/desired.yml whose result is a host's desired state (RunResult.desired).
 TAKES_DESIRED = ("collect.yml",)
 DESIRED_DIR = "kvprov_desired_dir"
+DESIRED_TASK = "Compute the desired state"
 
 
 def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravars: dict | None = None,
@@ -219,15 +224,20 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
         stream=None, verbose: bool = False, capture: str | None = None) -> RunResult:
     """Run a playbook on the inventory sources (each passed as -i, in order); `capture` names
     a task whose per-host results are kept in `captured`. A playbook of TAKES_DESIRED gets the
-    hosts' desired states computed first, each distinct one once (kvprov.desired.written)."""
+    hosts' desired states computed first, each distinct one once (kvprov.desired.written), and
+    returns them in `desired`."""
     args = dict(name=name, limit=limit, tags=tags, check=check, diff=diff, stream=stream, verbose=verbose,
                 capture=capture)
     if playbook in TAKES_DESIRED and DESIRED_DIR not in (extravars or {}):
         from kvprov import desired  # imports this module
 
-        with desired.written(inventory, limit) as directory:  # None: each host's is its own
-            more = {DESIRED_DIR: str(directory)} if directory else {}
-            return _run(playbook, inventory, extravars={**(extravars or {}), **more}, **args)
+        with desired.written(inventory, limit) as written:  # None: the playbook computes each host's
+            if written is None:
+                return _run(playbook, inventory, extravars=extravars, **args)
+            directory, states = written
+            result = _run(playbook, inventory, extravars={**(extravars or {}), DESIRED_DIR: str(directory)}, **args)
+            result.desired = states
+            return result
     return _run(playbook, inventory, extravars=extravars, **args)
 
 

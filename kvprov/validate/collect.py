@@ -14,7 +14,7 @@ from pathlib import Path
 from kvprov import __version__, check, inventory, runner
 from kvprov.errors import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 
-CAPTURE_TASK = "Capture the live state"
+CAPTURE_TASK = "Probe the live state"
 
 
 def _safe_name(name: str) -> str | None:
@@ -26,14 +26,14 @@ def _safe_name(name: str) -> str | None:
     return norm
 
 
-def bundle_files(captured: dict) -> dict:
-    """One host's bundle from the capture task's result (playbooks/collect.yml): the files the
-    collector returned, and desired.json from the controller's own desired state (the collector
-    never gets the managed files' content: its arguments are logged on the target)."""
-    data = (captured.get("ansible_facts") or {}).get("kvprov_collected") or {}
-    files = dict(data.get("files") or {})
-    if isinstance(data.get("desired"), dict):
-        files["desired.json"] = json.dumps(data["desired"], indent=2)
+def bundle_files(captured: dict, desired: dict | None) -> dict:
+    """One host's bundle: the files the collector returned (the result of CAPTURE_TASK), and
+    desired.json from the controller's own desired state (runner.RunResult.desired: the
+    collector never gets the managed files' content, its arguments are logged on the target)."""
+    files = captured.get("files")
+    files = dict(files) if isinstance(files, dict) else {}
+    if isinstance(desired, dict):
+        files["desired.json"] = json.dumps(desired, indent=2)
     return files
 
 
@@ -114,7 +114,7 @@ def collect(sources: str | list[str], out: Path, limit: str | None = None, strea
         if _safe_name(host) != host or "/" in host:
             raise KvprovError(f"host name {host!r} cannot name a directory under --out {out}", EXIT_USAGE)
         try:
-            write_bundle(out / host, bundle_files(res))
+            write_bundle(out / host, bundle_files(res, result.desired.get(host)))
         except OSError as e:
             raise KvprovError(f"cannot write the bundle of {host} under --out {out}: "
                               f"{e.filename or out / host}: {e.strerror or e}", EXIT_USAGE) from None

@@ -33,13 +33,14 @@ options:
     type: str
     description: >-
       where deploy notes the engine restarts it owes (the engine role's restart-pending
-      directory): its entries are listed as restart_pending.json
+      directory): its entries are listed as restart_pending.json (default: the desired
+      state's engine.restart_pending_dir)
 """
 
 EXAMPLES = r"""
 - name: Probe the live state
   kvprov.kvprov.kvprov_collect:
-    desired: "{{ kvprov_desired | combine({'files': kvprov_desired.files.keys() | list}) }}"
+    desired: "{{ kvprov_desired | combine({'files': kvprov_desired.files.keys() | sort}) }}"
     probes: false
 """
 
@@ -471,6 +472,7 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     skipped: dict[str, str] = {}
     storage, nixl, engine, gds = desired["storage"], desired["nixl"], desired["engine"], desired["gds"]
     mp = storage["mount_point"]
+    restart_pending_dir = restart_pending_dir or engine.get("restart_pending_dir")
 
     no_probe = "not probed (kvprov audit reads configuration only)"
     hung = None  # why the volume is not probed further: it already did not answer within the timeout

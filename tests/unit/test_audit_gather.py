@@ -14,14 +14,15 @@ from tests.conftest import FIXTURES
 TOML = "/etc/kvprov/nixl_backend_config.toml"
 
 
-def captured(bundle: str, edit=None) -> dict:
-    """The capture task's result for a host, as the collector module and collect.yml return it."""
+def captured(bundle: str, edit=None) -> tuple[dict, dict]:
+    """The capture task's result for a host, as the collector module returns it, and the host's
+    desired state, as the run returns it (runner.RunResult.desired)."""
     root = FIXTURES / "bundles" / bundle
     files = {str(p.relative_to(root)): p.read_text() for p in root.rglob("*") if p.is_file()}
     desired = json.loads(files.pop("desired.json"))
     if edit:
         edit(files)
-    return {"ansible_facts": {"kvprov_collected": {"files": files, "desired": desired}}}
+    return {"changed": False, "files": files}, desired
 
 
 def with_unmanaged_file(files: dict) -> None:  # a warning, no drift
@@ -42,12 +43,15 @@ def with_hand_edit(files: dict) -> None:  # drift
 
 @pytest.fixture
 def ansible(monkeypatch):
-    """FAKE: runner.run answers with `ansible["captured"]` and `ansible["failures"]`."""
+    """FAKE: runner.run answers with `ansible["captured"]` ({host: (capture, desired state)}) and
+    `ansible["failures"]`."""
     seen = {"captured": {}, "failures": [], "rc": 0}
 
     def fake_run(playbook, sources, *, name, extravars=None, limit=None, stream=None, capture=None, **kw):
         seen.update(playbook=playbook, sources=sources, name=name, extravars=extravars, limit=limit, capture=capture)
-        return runner.RunResult(seen["rc"], None, failures=seen["failures"], captured=seen["captured"])
+        return runner.RunResult(seen["rc"], None, failures=seen["failures"],
+                                captured={h: c for h, (c, _) in seen["captured"].items()},
+                                desired={h: d for h, (_, d) in seen["captured"].items()})
 
     monkeypatch.setattr(runner, "run", fake_run)
     return seen
@@ -55,7 +59,7 @@ def ansible(monkeypatch):
 
 def test_gather_audits_each_capture_and_names_the_hosts_that_did_not_answer(ansible):
     ansible["captured"] = {"kvlab-gpu1": captured("lab_gpu1", with_hand_edit), "kvlab-c1": captured("local_c1", with_usage),
-                           "bad": {"ansible_facts": {"kvprov_collected": {"files": {}, "desired": {"format": 99}}}}}
+                           "bad": ({"files": {}}, {"format": 99})}
     ansible["failures"] = [runner.Failure("gpu9", "Gathering Facts", "ssh: no route", True),
                            runner.Failure("gpu8", "capture", "python3 missing")]
     results, gauges = audit.gather(["inv.yml"], "gpu*", 7)

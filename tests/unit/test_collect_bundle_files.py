@@ -41,10 +41,11 @@ def test_bundle_files_from_the_capture_task_result():
 
     from kvprov.validate.collect import bundle_files
 
-    captured = {"ansible_facts": {"kvprov_collected": {"files": {"proc/modules": "x"}, "desired": {"host": "h"}}}}
-    files = bundle_files(captured)
+    captured = {"changed": False, "files": {"proc/modules": "x"}}
+    files = bundle_files(captured, {"host": "h"})
     assert files == {"proc/modules": "x", "desired.json": json.dumps({"host": "h"}, indent=2)}
-    assert captured["ansible_facts"]["kvprov_collected"]["files"] == {"proc/modules": "x"}  # not changed
-    assert bundle_files({"ansible_facts": {"kvprov_collected": {"files": {"a": "b"}, "desired": "no"}}}) == {"a": "b"}
-    assert bundle_files({}) == {} and bundle_files({"ansible_facts": None}) == {}
-    assert bundle_files({"ansible_facts": {"kvprov_collected": {"files": None}}}) == {}
+    assert captured["files"] == {"proc/modules": "x"}  # not changed
+    assert bundle_files({"files": {"a": "b"}}, None) == {"a": "b"}
+    assert bundle_files({"files": {"a": "b"}}, "no") == {"a": "b"}
+    assert bundle_files({}, None) == {} and bundle_files({"files": None}, None) == {}
+    assert bundle_files({"files": ["a"]}, None) == {}

@@ -14,6 +14,7 @@ import pytest
 from kvprov import desired, desired_classes as dc, runner
 from kvprov.check.values import read_specs
 from kvprov.inventory import roles_dir
+from kvprov.validate.collect import CAPTURE_TASK
 from tests.conftest import ROOT
 
 BASE = {"inventory_hostname": "gpu-a1", "inventory_hostname_short": "gpu-a1", "ansible_host": "10.0.0.1",
@@ -169,47 +170,65 @@ def test_the_derived_states_are_the_host_by_host_ones(tmp_path, monkeypatch):
     monkeypatch.setattr(desired, "_template", lambda inv, hosts: templated.append(hosts) or template(inv, hosts))
     states = desired.load(inv)
     assert templated == [["sg-a1", "sg-a2", "sg-a5", "lm-1", "lm-2", "vo-1", "vo-2"], ["SG_B4", "vo-3"]]
-    every = runner.run("desired.yml", inv, name="desired", capture=desired.TASK)
-    assert states == {h: r["ansible_facts"]["kvprov_desired"] for h, r in sorted(every.captured.items())}
+    every = runner.run("desired.yml", inv, name="desired")
+    assert states == dict(sorted(every.desired.items()))
     assert "/srv/kv/sg-a3/main" in states["sg-a3"]["dirs"] and ".tmp-lm-3-" in json.dumps(states["lm-3"])
     assert "m-10.0.2.3" in json.dumps(states["vo-3"])
 
 
-def test_collect_reads_the_desired_state_kvprov_wrote_and_computes_it_for_a_host_without_one(tmp_path, monkeypatch):
-    """playbooks/collect.yml: the one host with a file in kvprov_desired_dir takes it (a marker
-    shows it was read), the other templates its own; both capture it."""
+def test_collect_probes_with_the_desired_state_kvprov_wrote_or_computes_each_itself(tmp_path, monkeypatch):
+    """playbooks/collect.yml: given kvprov_desired_dir, the collector gets each host's file there
+    (a marker shows it was read) and the playbook computes none; without it, the first play
+    computes each host's state, which the run returns and the collector gets without content."""
     monkeypatch.setenv("KVPROV_RUNS_DIR", str(tmp_path / "runs"))
     inv = write(tmp_path / "inv.yml", {"gpu_nodes": {"hosts": {name: {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False,
         "kvprov_storage_profile": "local",
         "kvprov_storage_pnfs_layout": "none", "kvprov_storage_mount_point": str(tmp_path / "kv"),
         "kvprov_engine_install": False} for name in ("one", "two")}}})
+    states = desired.load(str(inv))
     (tmp_path / "states").mkdir()
-    given = {**desired.load(str(inv))["one"], "marker": "written by kvprov"}
-    write(tmp_path / "states" / desired.file_name("one"), given)
-    result = runner.run("collect.yml", str(inv), name="collect", capture="Capture the live state",
+    given = {h: {**desired.collector_view(s), "marker": f"written by kvprov for {h}"} for h, s in states.items()}
+    for h, view in given.items():
+        write(tmp_path / "states" / desired.file_name(h), view)
+    result = runner.run("collect.yml", str(inv), name="collect", capture=CAPTURE_TASK,
                         extravars={runner.DESIRED_DIR: str(tmp_path / "states"), "kvprov_collect_probes": False})
-    captured = {h: r["ansible_facts"]["kvprov_collected"]["desired"] for h, r in result.captured.items()}
-    assert captured == {"one": given, "two": desired.load(str(inv))["two"]}
+    assert {h: r["invocation"]["module_args"]["desired"] for h, r in result.captured.items()} == given
+    assert result.desired == {} and set(result.hosts["one"].__dict__.items()) >= {("ok", 1), ("skipped", 0)}
     # without the directory (a fleet with nothing to derive): every host computes its own
-    alone = runner._run("collect.yml", str(inv), name="collect", capture="Capture the live state",
+    alone = runner._run("collect.yml", str(inv), name="collect", capture=CAPTURE_TASK,
                         extravars={"kvprov_collect_probes": False}, limit=None, tags=None, check=False, diff=False,
                         stream=None, verbose=False)
-    assert {h: r["ansible_facts"]["kvprov_collected"]["desired"] for h, r in alone.captured.items()} == \
-        desired.load(str(inv)), alone.failures
+    assert alone.desired == states, alone.failures
+    assert {h: r["invocation"]["module_args"]["desired"] for h, r in alone.captured.items()} == \
+        {h: desired.collector_view(s) for h, s in states.items()}
+    assert all(isinstance(f, str) for s in given.values() for f in s["files"])  # paths, no content
 
 
 def test_written_is_private_and_gone_after_the_run(tmp_path, monkeypatch):
     same = {"kvprov_engine": "sglang", "group_names": ["gpu_nodes"]}
+    names = ("gpu/1", "gpu/2", "gpu/3")
     monkeypatch.setattr(desired, "host_variables", lambda inventory, limit: {
-        h: {**same, "inventory_hostname": h} for h in ("gpu/1", "gpu/2", "gpu/3")})
-    monkeypatch.setattr(desired, "compute", lambda inventory, limit, classes: ({"gpu/1": {"host": "gpu/1"}}, []))
-    with desired.written("inv.yml") as directory:
-        assert directory.stat().st_mode & 0o777 == 0o700
-        [path] = directory.iterdir()
-        assert path.name == desired.file_name("gpu/1") and path.stat().st_mode & 0o777 == 0o600
-        assert json.loads(path.read_text()) == {"host": "gpu/1"}
+        h: {**same, "inventory_hostname": h} for h in names})
+    states = {h: {"host": h, "files": {"/etc/b": {"content": "secret-ish"}, "/etc/a": {"content": "x"}}} for h in names}
+    monkeypatch.setattr(desired, "compute", lambda inventory, limit, classes: (states, []))
+    with desired.written("inv.yml") as (directory, given):
+        assert given == states and directory.stat().st_mode & 0o777 == 0o700
+        assert sorted(p.name for p in directory.iterdir()) == sorted(desired.file_name(h) for h in names)
+        path = directory / desired.file_name("gpu/1")
+        assert path.stat().st_mode & 0o777 == 0o600
+        assert json.loads(path.read_text()) == {"host": "gpu/1", "files": ["/etc/a", "/etc/b"]}
     assert not directory.exists()
+
+
+def test_nothing_is_written_ahead_when_a_hosts_state_could_not_be_computed(monkeypatch):
+    """collect.yml then computes every host's itself, and reports the failure on its host."""
+    three = {h: {"kvprov_engine": "sglang", "inventory_hostname": h} for h in ("a", "b", "c")}
+    monkeypatch.setattr(desired, "host_variables", lambda inventory, limit: three)
+    monkeypatch.setattr(desired, "compute", lambda inventory, limit, classes: (
+        {h: {"host": h, "files": {}} for h in ("a", "b")}, []))
+    with desired.written("inv.yml") as written:
+        assert written is None
 
 
 def test_nothing_is_written_ahead_when_no_state_could_be_derived(monkeypatch):
@@ -227,11 +246,12 @@ def test_nothing_is_written_ahead_when_no_state_could_be_derived(monkeypatch):
 def test_the_runner_hands_collect_the_states_written_ahead_only_when_one_is_derived(monkeypatch):
     seen = []
     monkeypatch.setattr(runner, "_run", lambda playbook, inventory, extravars, **kw: seen.append(
-        (playbook, dict(extravars or {}))))
-    monkeypatch.setattr(desired, "compute", lambda inventory, limit, classes: ({}, []))
+        (playbook, dict(extravars or {}))) or runner.RunResult(0, None))
     three = {h: {"kvprov_engine": "sglang", "inventory_hostname": h} for h in ("a", "b", "c")}
+    monkeypatch.setattr(desired, "compute", lambda inventory, limit, classes: (
+        {h: {"host": h, "files": {}} for h in three}, []))
     monkeypatch.setattr(desired, "host_variables", lambda inventory, limit: three)
-    runner.run("collect.yml", "inv.yml", name="collect")
+    assert runner.run("collect.yml", "inv.yml", name="collect").desired == {h: {"host": h, "files": {}} for h in three}
     monkeypatch.setattr(desired, "host_variables", lambda inventory, limit: {h: three[h] for h in ("a", "b")})
     runner.run("collect.yml", "inv.yml", name="collect")
     runner.run("site.yml", "inv.yml", name="deploy")

@@ -81,7 +81,7 @@ def test_collect_reports_a_planted_link_naming_the_host_and_writes_nothing_throu
     out, target = out_and_target
     (out / "gpu1").mkdir()
     (out / "gpu1" / "files").symlink_to(target)
-    captured = {"ansible_facts": {"kvprov_collected": {"files": CAPTURED}}}
+    captured = {"files": CAPTURED}
     monkeypatch.setattr(collect.check, "require_valid", lambda sources: [])
     monkeypatch.setattr(collect.runner, "run", lambda *a, **k: runner.RunResult(rc=0, artifacts=None,
                                                                                  captured={"gpu1": captured}))
@@ -96,8 +96,7 @@ def test_collect_refuses_a_host_name_that_is_not_one_directory(out_and_target, m
     out, target = out_and_target
     monkeypatch.setattr(collect.check, "require_valid", lambda sources: [])
     monkeypatch.setattr(collect.runner, "run", lambda *a, **k: runner.RunResult(
-        rc=0, artifacts=None, captured={f"../{target.name}": {"ansible_facts": {"kvprov_collected": {
-            "files": CAPTURED}}}}))
+        rc=0, artifacts=None, captured={f"../{target.name}": {"files": CAPTURED}}))
     with pytest.raises(KvprovError, match="cannot name a directory under --out"):
         collect.collect("inv.yml", out, timeout=5)
     assert listing(target) == []
