@@ -655,21 +655,56 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
     return out
 
 
-def main():
-    from ansible.module_utils.basic import AnsibleModule
+# The task's arguments: Ansible writes them in place of the marker, as JSON (its "JSON args"
+# module format). Unlike an AnsiballZ module this one travels alone, and imports nothing of
+# Ansible's module utilities on the host: half the start-up of an AnsibleModule there, which is
+# most of what an audit of many hosts spends on each (kvprov's issue #28).
+ARGUMENTS = r"""<<INCLUDE_ANSIBLE_MODULE_JSON_ARGS>>"""
+TRUE, FALSE = ("yes", "on", "1", "true", "y", "t"), ("no", "off", "0", "false", "n", "f")
+SPEC = {"desired": (dict, None), "probes": (bool, True), "io_bytes": (int, 4 << 20), "timeout": (int, 30),
+        "kvprov_version": (str, "unknown"), "restart_pending_dir": (str, None)}
 
-    module = AnsibleModule(argument_spec={
-        "desired": {"type": "dict", "required": True},
-        "probes": {"type": "bool", "default": True},
-        "io_bytes": {"type": "int", "default": 4 << 20},
-        "timeout": {"type": "int", "default": 30},
-        "kvprov_version": {"type": "str", "default": "unknown"},
-        "restart_pending_dir": {"type": "str"},
-    }, supports_check_mode=True)
-    p = module.params
+
+def _typed(name: str, value, kind):
+    """value as `kind`, converted as AnsibleModule would from a string; ValueError naming the argument."""
+    if kind is dict and isinstance(value, dict) or kind is str and isinstance(value, str):
+        return value
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in TRUE + FALSE:
+            return str(value).lower() in TRUE
+    if kind is int and not isinstance(value, bool):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            pass
+    raise ValueError(f"argument '{name}' is of type {type(value).__name__} and we were unable to convert to "
+                     f"{kind.__name__}")
+
+
+def parameters(arguments: dict) -> dict:
+    """The task's parameters with their defaults, typed as SPEC says (Ansible's own `_ansible_*`
+    settings ignored); ValueError for a missing, unknown or unconvertible one."""
+    unknown = sorted(k for k in arguments if k not in SPEC and not k.startswith("_ansible_"))
+    if unknown:
+        raise ValueError(f"Unsupported parameters: {', '.join(unknown)}; supported: {', '.join(SPEC)}")
+    if arguments.get("desired") is None:
+        raise ValueError("missing required arguments: desired")
+    return {k: default if arguments.get(k) is None else _typed(k, arguments[k], kind)
+            for k, (kind, default) in SPEC.items()}
+
+
+def main(arguments: str = ARGUMENTS) -> None:
+    try:
+        p = parameters(json.loads(arguments))
+    except ValueError as e:
+        print(json.dumps({"failed": True, "msg": str(e)}))
+        sys.exit(1)
     files = collect(p["desired"], p["probes"], p["io_bytes"], p["timeout"], p["kvprov_version"],
                     p["restart_pending_dir"])
-    module.exit_json(changed=False, files=files)
+    print(json.dumps({"changed": False, "files": files}))
+    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
-"""The collector module's entry as Ansible runs it (AnsibleModule reads the task's arguments,
-the module answers one JSON object): the arguments' types and defaults reach collect(), check
-mode is supported, and what collect() returns is the task's `files`. collect() itself is
-FAKED here (its capture is test_collect_module.py's)."""
+"""The collector module's entry as Ansible runs it (a JSON-args module: Ansible writes the task's
+arguments into the module's text, the module answers one JSON object): the arguments' types and
+defaults reach collect(), check mode is supported, and what collect() returns is the task's
+`files`. collect() itself is FAKED here (its capture is test_collect_module.py's)."""
 
 import json
+import subprocess
+import sys
 
 import pytest
-from ansible.module_utils import basic
 
 from kvprov.validate import bundle as bf
 
@@ -16,10 +17,8 @@ collector = bf.collector
 def run_main(monkeypatch, capsys, args: dict) -> tuple[dict, list]:
     calls = []
     monkeypatch.setattr(collector, "collect", lambda *a: calls.append(a) or {"gpu.json": "{}"})
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
     with pytest.raises(SystemExit):
-        collector.main()
+        collector.main(json.dumps(args))
     return json.loads(capsys.readouterr().out), calls
 
 
@@ -48,3 +47,29 @@ def test_every_argument_and_check_mode(monkeypatch, capsys):
 def test_bad_arguments_fail_the_task(monkeypatch, capsys, args, says):
     out, calls = run_main(monkeypatch, capsys, args)
     assert out["failed"] is True and says in out["msg"] and calls == []
+
+
+def test_ansible_runs_it_as_a_json_args_module_that_imports_nothing_of_ansible(tmp_path):
+    """Ansible's own module builder (executor.module_common) writes the arguments into the
+    module's text, with no AnsiballZ wrapper; that text runs alone in a bare Python (-I -S:
+    no site-packages, so no Ansible) and answers the task."""
+    from ansible.executor import module_common
+    from ansible.template import Templar
+
+    desired = {"host": "h'\"\"\"x\\", "storage": {}, "nixl": {}, "engine": {}, "gds": {}}
+    built = module_common.modify_module(module_name="kvprov_collect", module_path=bf.collector.__file__,
+                                        module_args={"desired": desired, "probes": "no", "_ansible_check_mode": True},
+                                        templar=Templar(loader=None),
+                                        task_vars={"ansible_python_interpreter": sys.executable})
+    assert built.module_style == "new" and b"ansible.module_utils" not in built.b_module_data
+    text = built.b_module_data.decode()
+    args = text.split("ARGUMENTS = r\"\"\"", 1)[1].split("\"\"\"\n", 1)[0]
+    source = open(bf.collector.__file__).read()  # the module's own text, the arguments in place of the marker
+    assert text.split("\n", 1)[1] == source.split("\n", 1)[1].replace("<<INCLUDE_ANSIBLE_MODULE_JSON_ARGS>>", args)
+    assert json.loads(args)["desired"] == desired  # quotes of every kind survive the raw string
+    script = tmp_path / "m.py"
+    script.write_text(text.replace("\nif __name__", "\ncollect = lambda d, *a: {'got': json.dumps([d, *a])}\nif __name__"))
+    out = subprocess.run([sys.executable, "-I", "-S", str(script)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    assert answer["changed"] is False and json.loads(answer["files"]["got"]) == [desired, False, 4 << 20, 30, "unknown", None]

@@ -79,12 +79,13 @@ def test_fstab_keeps_only_the_kv_and_nfs_lines_with_credentials_redacted():
         "a\\040b:/kv /mnt/kv\\040cache nfs4 pass=*** 0 0\n"
 
 
-def test_the_collector_arguments_logged_on_the_target_carry_no_file_content(tmp_path):
-    """A real local Ansible run of playbooks/collect.yml: AnsibleModule logs its arguments
-    (syslog/journal) on the target. They name the managed files, never their content; the
-    bundle's desired.json (with the content) is written by the controller."""
+def test_what_reaches_the_target_names_the_managed_files_and_carries_no_content(tmp_path):
+    """A real local Ansible run of playbooks/collect.yml, keeping what Ansible sends to the
+    target (its remote files, not piped): the collector module with its arguments written in.
+    They name the managed files, never their content; nothing is logged there (no AnsibleModule);
+    the bundle's desired.json (with the content) is written by the controller."""
     (tmp_path / "pp").mkdir()
-    (tmp_path / "pp/sitecustomize.py").write_text(  # what the module hands to syslog (no syslogd here)
+    (tmp_path / "pp/sitecustomize.py").write_text(  # what a module would hand to syslog (no syslogd here)
         "import os, syslog\n"
         "def _log(*args):\n"
         "    with open(os.environ['LOG_CAPTURE'], 'a') as fh:\n"
@@ -96,16 +97,18 @@ def test_the_collector_arguments_logged_on_the_target_carry_no_file_content(tmp_
         "kvprov_storage_profile": "local", "kvprov_storage_pnfs_layout": "none",
         "kvprov_storage_mount_point": str(tmp_path / "kv"), "kvprov_engine_install": False,
         "kvprov_engine_model_path": "org/MARKER-7f3a9c"}}}}))
-    log = tmp_path / "syslog.txt"
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "pp"), "LOG_CAPTURE": str(log)}
+    log, remote = tmp_path / "syslog.txt", tmp_path / "remote"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "pp"), "LOG_CAPTURE": str(log), "ANSIBLE_PIPELINING": "False",
+           "ANSIBLE_KEEP_REMOTE_FILES": "True", "ANSIBLE_REMOTE_TMP": str(remote)}
     r = subprocess.run([sys.executable, "-m", "kvprov", "collect", str(inv), "--out", str(tmp_path / "out")],
                        capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     desired = json.loads((tmp_path / "out/localhost/desired.json").read_text())
     unit = desired["files"]["/etc/systemd/system/kvprov-sglang-main.service"]["content"]
     assert "MARKER-7f3a9c" in unit, r.stderr
-    logged = log.read_text()
-    assert "Invoked with desired=" in logged and "'/etc/systemd/system/kvprov-sglang-main.service'" in logged
-    assert "MARKER" not in logged and "[Install]" not in logged and "ExecStart" not in logged
+    [sent] = [p.read_text() for p in remote.rglob("*kvprov_collect*")]
+    assert "def collect(desired" in sent and '"/etc/systemd/system/kvprov-sglang-main.service"' in sent
+    assert "MARKER" not in sent and "[Install]" not in sent and "ExecStart" not in sent
+    assert not log.exists() or "desired" not in log.read_text()
 
 
 def test_directories_and_the_account_are_captured_as_the_audit_reads_them(tmp_path):

@@ -179,7 +179,7 @@ def test_the_derived_states_are_the_host_by_host_ones(tmp_path, monkeypatch):
 def test_collect_probes_with_the_desired_state_kvprov_wrote_or_computes_each_itself(tmp_path, monkeypatch):
     """playbooks/collect.yml: given kvprov_desired_dir, the collector gets each host's file there
     (a marker shows it was read) and the playbook computes none; without it, the first play
-    computes each host's state, which the run returns and the collector gets without content."""
+    computes each host's state, which the run returns and the collector gets as the list of files."""
     monkeypatch.setenv("KVPROV_RUNS_DIR", str(tmp_path / "runs"))
     inv = write(tmp_path / "inv.yml", {"gpu_nodes": {"hosts": {name: {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False,
@@ -188,21 +188,26 @@ def test_collect_probes_with_the_desired_state_kvprov_wrote_or_computes_each_its
         "kvprov_engine_install": False} for name in ("one", "two")}}})
     states = desired.load(str(inv))
     (tmp_path / "states").mkdir()
-    given = {h: {**desired.collector_view(s), "marker": f"written by kvprov for {h}"} for h, s in states.items()}
-    for h, view in given.items():
-        write(tmp_path / "states" / desired.file_name(h), view)
+    for h, state in states.items():  # the host name the collector reports marks the file as read
+        write(tmp_path / "states" / desired.file_name(h), {**desired.collector_view(state), "host": f"{h} as written"})
     result = runner.run("collect.yml", str(inv), name="collect", capture=CAPTURE_TASK,
                         extravars={runner.DESIRED_DIR: str(tmp_path / "states"), "kvprov_collect_probes": False})
-    assert {h: r["invocation"]["module_args"]["desired"] for h, r in result.captured.items()} == given
+    assert {h: seen(r)[0] for h, r in result.captured.items()} == {h: f"{h} as written" for h in states}
     assert result.desired == {} and set(result.hosts["one"].__dict__.items()) >= {("ok", 1), ("skipped", 0)}
     # without the directory (a fleet with nothing to derive): every host computes its own
     alone = runner._run("collect.yml", str(inv), name="collect", capture=CAPTURE_TASK,
                         extravars={"kvprov_collect_probes": False}, limit=None, tags=None, check=False, diff=False,
                         stream=None, verbose=False)
     assert alone.desired == states, alone.failures
-    assert {h: r["invocation"]["module_args"]["desired"] for h, r in alone.captured.items()} == \
-        {h: desired.collector_view(s) for h, s in states.items()}
-    assert all(isinstance(f, str) for s in given.values() for f in s["files"])  # paths, no content
+    assert {h: seen(r) for h, r in alone.captured.items()} == {  # cufile.json: only on a GPU host
+        h: (h, sorted(set(s["files"]) - {s["gds"]["cufile_path"]})) for h, s in states.items()}
+
+
+def seen(captured: dict) -> tuple[str, list[str]]:
+    """(the host the collector was told it is, the managed files it was told of) by its capture."""
+    meta = json.loads(captured["files"]["collect.json"])
+    files = [n[len("files"):] for n in [*captured["files"], *meta["errors"]] if n.startswith("files/")]
+    return meta["host"], sorted(set(files) - {"/etc/fstab"})
 
 
 def test_written_is_private_and_gone_after_the_run(tmp_path, monkeypatch):
