@@ -598,11 +598,13 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
 
     paths = {"": mp, **{i["name"]: i["storage_dir"] for i in engine["instances"] if i["storage_dir"]}}  # "": no KV tier
     dirs = sorted(desired.get("dirs") or {})  # every directory deploy creates
-    on_volume = [d for d in dirs if d == mp or d.startswith(mp.rstrip("/") + "/")]
-    stats, to = stat_paths([*paths.values(), *on_volume], timeout, hung)
+    volume = [*paths.values(), *(d for d in dirs if d == mp or d.startswith(mp.rstrip("/") + "/"))]
+    others = [d for d in dirs if d not in volume]
+    stats, to = stat_paths(volume + others, timeout) if hung is None else stat_paths(volume, timeout, hung)
     if to:
         hung = f"not run: stat() on the KV mount did not answer within {timeout}s (hung mount?)"
-    stats.update(stat_paths([d for d in dirs if d not in stats], timeout)[0])  # apart: a hung mount hides none of them
+    if hung:  # the others apart: a hung mount hides none of them
+        stats.update(stat_paths(others, timeout)[0])
     out[FILE_DIR_MODES] = json.dumps({d: stats[d] for d in dirs}, indent=2)
     out[FILE_ENGINE_USER] = json.dumps(account(engine["user"]), indent=2)
     entries = {}

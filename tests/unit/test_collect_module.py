@@ -352,7 +352,7 @@ def test_the_time_each_command_gets_and_how_much_of_each_file_is_read(host, monk
     assert seen.timeout(["dpkg-query"]) == seen.timeout(["rpm"]) == [30]
     assert seen.timeout([os.path.join(host["desired"]["nixl"]["venv"], "bin", "python3")]) == [120]
     assert seen.timeout([sys.executable, "-c", collector.IO_PROBE]) == [7]
-    assert seen.timeout([sys.executable, "-c", collector.STAT_PROBE]) == [7, 7]
+    assert seen.timeout([sys.executable, "-c", collector.STAT_PROBE]) == [7]  # one child for every directory
     assert seen.timeout(["runuser", "-u", USER, "--", "test", "-w"]) == [7, 7]
 
 
@@ -431,6 +431,30 @@ def test_a_volume_that_hangs_is_not_probed_again(host, monkeypatch):
     stats = [c for c, _ in seen.runs if collector.STAT_PROBE in c]
     assert [c[3:] for c in stats] == [[f"{tmp}/etc"]]  # only the directory off the volume is stat'ed
     assert not [c for c, _ in seen.runs if collector.USAGE_PROBE in c or c[:1] == ["runuser"]]
+
+
+def test_a_stat_of_the_volume_that_hangs_hides_none_of_the_other_directories(host, monkeypatch):
+    """One child stats every directory; when it does not answer, those off the volume are stat'ed
+    again apart and the volume is not probed further (no usage walk)."""
+    d, mp, tmp = host["desired"], host["mp"], host["tmp"]
+    run, calls = collector.run, []
+
+    def fake_run(cmd, timeout, stdin=None):
+        calls.append(cmd)
+        if collector.STAT_PROBE in cmd and str(mp) in cmd:
+            return -9, "", "", True
+        return run(cmd, timeout, stdin)
+
+    monkeypatch.setattr(collector, "run", fake_run)
+    out = collector.collect(d, False, 4096, 10, "9.9")
+    dirs = json.loads(out[bf.DIR_MODES])
+    assert dirs[str(mp)]["error"] == "stat timed out (hung mount?)" and not dirs[str(mp)]["exists"]
+    assert dirs[f"{tmp}/etc"]["is_dir"] is True and dirs[f"{tmp}/etc"]["error"] is None
+    stats = [c[3:] for c in calls if collector.STAT_PROBE in c]
+    assert len(stats) == 2 and f"{tmp}/etc" in stats[0] and str(mp) in stats[0] and stats[1] == [f"{tmp}/etc"]
+    hung = "not run: stat() on the KV mount did not answer within 10s (hung mount?)"
+    assert json.loads(out[bf.STORAGE_DIRS])["mount_point"]["usage"] == {"error": hung}
+    assert not [c for c in calls if collector.USAGE_PROBE in c]
 
 
 def test_the_io_probe_failing_without_a_word(host, monkeypatch):
