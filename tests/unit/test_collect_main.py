@@ -15,11 +15,14 @@ collector = bf.collector
 
 
 def run_main(monkeypatch, capsys, args: dict) -> tuple[dict, list]:
+    """(the module's answer, collect()'s calls); its exit status is 0 exactly when it did not fail."""
     calls = []
     monkeypatch.setattr(collector, "collect", lambda *a: calls.append(a) or {"gpu.json": "{}"})
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as e:
         collector.main(json.dumps(args))
-    return json.loads(capsys.readouterr().out), calls
+    out = json.loads(capsys.readouterr().out)
+    assert e.value.code == (1 if out.get("failed") else 0)
+    return out, calls
 
 
 def test_the_defaults_reach_collect_and_the_files_come_back(monkeypatch, capsys):
@@ -40,6 +43,8 @@ def test_every_argument_and_check_mode(monkeypatch, capsys):
     ({}, "missing required arguments: desired"),
     ({"desired": "not a mapping"}, "desired"),
     ({"desired": {}, "io_bytes": "many"}, "io_bytes"),
+    ({"desired": {}, "io_bytes": True}, "io_bytes"),
+    ({"desired": {}, "kvprov_version": 1.2}, "kvprov_version"),
     ({"desired": {}, "probes": "maybe"}, "probes"),
     ({"desired": {}, "timeout": "soon"}, "timeout"),
     ({"desired": {}, "surprise": 1}, "surprise"),
@@ -73,3 +78,10 @@ def test_ansible_runs_it_as_a_json_args_module_that_imports_nothing_of_ansible(t
     assert out.returncode == 0, out.stderr
     answer = json.loads(out.stdout)
     assert answer["changed"] is False and json.loads(answer["files"]["got"]) == [desired, False, 4 << 20, 30, "unknown", None]
+
+
+@pytest.mark.parametrize("word, value", [(w, True) for w in ("yes", "on", "1", "true", "y", "t", "YES", "True")]
+                         + [(w, False) for w in ("no", "off", "0", "false", "n", "f", "No", "FALSE")])
+def test_probes_takes_the_words_ansiblemodule_takes_for_a_bool(monkeypatch, capsys, word, value):
+    out, calls = run_main(monkeypatch, capsys, {"desired": {"host": "h"}, "probes": word})
+    assert not out.get("failed") and calls[0][1] is value

@@ -566,6 +566,13 @@ def test_stat_paths_that_fail(monkeypatch):
     assert collector.stat_paths([], 5) == ({}, False)
 
 
+def test_the_restarts_pending_are_listed_from_the_desired_states_directory_by_default(host):
+    d = host["desired"]
+    assert json.loads(collector.collect(d, False, 4096, 10, "9.9")[bf.RESTART_PENDING]) == []
+    d["engine"]["restart_pending_dir"] = host["pending"]
+    assert json.loads(collector.collect(d, False, 4096, 10, "9.9")[bf.RESTART_PENDING]) == ["kvprov-x-main.service"]
+
+
 def test_the_restarts_pending(tmp_path):
     assert collector.list_pending(str(tmp_path / "missing")) == [] and collector.list_pending(None) == []
     (tmp_path / "f").write_text("")
