@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kvprov.bench_worker import Failure, kv_file_bytes, mean_in_flight, nixl_params, percentiles
+from kvprov.bench_worker import (Failure, available_memory, kv_file_bytes, mean_in_flight, nixl_params, percentiles,
+                                 require_memory)
 
 WORKER = Path(__file__).resolve().parents[2] / "kvprov" / "bench_worker.py"
 WHEELHOUSE = Path("/var/lib/kvprov/wheelhouse")
@@ -31,6 +32,17 @@ def test_kv_file_bytes_of_qwen3_8b():
     assert kv_file_bytes(36, 256, 8, 128, 2, 1) == 18 * MIB
     assert kv_file_bytes(36, 256, 8, 128, 2, 2) == 9 * MIB
     assert kv_file_bytes(36, 256, 8, 128, 2, 16) == kv_file_bytes(36, 256, 1, 128, 2, 1)  # at least one head
+
+
+def test_buffers_beyond_nine_tenths_of_the_available_memory_are_refused():
+    require_memory(90, 5, 1, 100)  # at the limit
+    require_memory(10**15, 5, 1, None)  # the kernel does not say: not judged
+    with pytest.raises(Failure, match=r"^the test's buffers need 1\.00 GiB of host memory \(98 file-sized slots at "
+                                      r"concurrency 32\) and 1\.11 GiB are available: lower kvprov_bench_concurrency"):
+        require_memory(2**30, 98, 32, int(2**30 / 0.9) - 1)
+    with open("/proc/meminfo") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    assert abs(available_memory() - kib * 1024) < 2**30  # this machine's, moving a little meanwhile
 
 
 def test_percentiles_are_nearest_rank():
@@ -145,6 +157,16 @@ def test_a_link_planted_as_the_storage_dir_is_refused(nixl_python, base):
     assert out["error"] == f"storage directory {link} is a symbolic link (to {victim}): refusing to write through it; " \
                            "remove it"
     assert os.listdir(victim) == []
+
+
+def test_a_depth_whose_buffers_exceed_the_memory_fails_clearly_before_any_file(nixl_python, base):
+    res, out = run_worker(nixl_python, "--dir", str(base), "--file-bytes", str(64 * MIB), "--files", "4",
+                          "--concurrency", "2000")
+    assert res.returncode == 1
+    assert out["error"].startswith("the test's buffers need 375.12 GiB of host memory (6002 file-sized slots at "
+                                   "concurrency 2000) and "), out
+    assert out["write"] is None and out["cleaned"] is True
+    assert os.listdir(base) == ["someone-elses-file"]
 
 
 def test_missing_plugin_is_named(nixl_python, base):

@@ -125,6 +125,27 @@ class Failure(Exception):
     """An error the operator can act on; its text becomes the one-line `error`."""
 
 
+def available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo, in bytes (None where the kernel does not say)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def require_memory(need: int, slots: int, concurrency: int, available: int | None) -> None:
+    """Failure when the buffers (`slots` file-sized ones, populated at once) would take more than
+    nine tenths of the host's available memory."""
+    if available is not None and need > 0.9 * available:
+        raise Failure(f"the test's buffers need {need / 2**30:.2f} GiB of host memory ({slots} file-sized slots at "
+                      f"concurrency {concurrency}) and {available / 2**30:.2f} GiB are available: lower "
+                      "kvprov_bench_concurrency (or --concurrency)")
+
+
 def kv_file_bytes(layers: int, page_size: int, kv_heads: int, head_dim: int, dtype_bytes: int,
                   tp: int = 1) -> int:
     """Bytes of one SGLang HiCache `_k` (or `_v`) file with a page_first layout: one page of
@@ -344,6 +365,8 @@ class Bench:
                    else library_hint() if args.backend.startswith("GDS") else "")
             raise Failure(f"NIXL cannot create the {args.backend} backend with {params}: {exc}{why}") from None
         t = args.concurrency + 1  # the window's slots and one for the file armed next
+        if not self.cuda:  # populated host memory: more than there is would end in the OOM killer
+            require_memory((3 * t - 1) * self.size, 3 * t - 1, args.concurrency, available_memory())
         self.src = self.alloc(t)  # write slots
         self.dst = self.alloc(2 * t - 1)  # read slots: one being checked while the next is read
         rng = self.np.random.default_rng()
