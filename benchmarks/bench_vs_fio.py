@@ -275,7 +275,7 @@ def main() -> int:
                 f"ratio {fmt(s[op, clock]['ratio'])} {fmt_spread(s[op, clock]['run_ratios'], False)}"
                 for clock in ("engine", "data"))
                   + (f"   worker's own work {fmt(o[op]['us']['median'], '.0f')} us a file "
-                     f"{fmt_spread(o[op]['us'], False, '.0f')}, caps {fmt(o[op]['cap_gbps'], '.0f')} GB/s"
+                     f"{fmt_spread(o[op]['us'], False, '.0f')}, caps {fmt(o[op]['cap_gbps'], '.3g')} GB/s"
                      if o[op] else ""))
     low = misses(summary)
     print(f"engine-clock worker/fio below {TARGET}: {', '.join(low)}" if low
