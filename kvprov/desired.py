@@ -88,7 +88,7 @@ def file_name(host: str) -> str:
 
 def collector_view(state: dict) -> dict:
     """A desired state as the collector module takes it (playbooks/collect.yml): the managed
-    files as a list of paths, never their content (a module's arguments are logged on its target)."""
+    files as a list of paths, never their content (a module's arguments travel to its target)."""
     return {**state, "files": sorted(state["files"])}
 
 

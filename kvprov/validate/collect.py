@@ -29,7 +29,7 @@ def _safe_name(name: str) -> str | None:
 def bundle_files(captured: dict, desired: dict | None) -> dict:
     """One host's bundle: the files the collector returned (the result of CAPTURE_TASK), and
     desired.json from the controller's own desired state (runner.RunResult.desired: the
-    collector never gets the managed files' content, its arguments are logged on the target)."""
+    collector never gets the managed files' content: its arguments travel to the target)."""
     files = captured.get("files")
     files = dict(files) if isinstance(files, dict) else {}
     if isinstance(desired, dict):

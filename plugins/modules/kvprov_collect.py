@@ -5,7 +5,7 @@ Stdlib only. Everything that could block on a hard NFS mount that lost its serve
 stat, the NIXL probe) runs in a child process under a timeout; a child stuck in the
 kernel is abandoned, never waited for. Returns {"files": {bundle name: text}}; the
 controller writes them, and desired.json (which this module never sees whole: its
-arguments are logged on the target), to DIR/<host>/.
+arguments travel to the target in its text), to DIR/<host>/.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ options:
     required: true
     description: >-
       what to probe: desired.json without the managed files' content (`files` is the list of
-      their paths). Module arguments are logged on the target (syslog/journal), so no file
+      their paths). Module arguments travel to the target in the module's text, so no file
       content is ever passed; the controller writes desired.json into the bundle.
   probes: {type: bool, default: true, description: "false: no I/O probe, NIXL probe, gdscheck or health call (audit)"}
   io_bytes: {type: int, default: 4194304, description: size of the I/O probe file}
