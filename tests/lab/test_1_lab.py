@@ -25,7 +25,7 @@ def sh(host, command, timeout=120):
 
 def test_every_host_runs_and_answers_ssh(lab):
     names = {h["name"]: h for h in lab["hosts"]}
-    assert set(names) == {"kvlab-storage", "kvlab-gpu1", "kvlab-c1", "kvlab-c2", "kvlab-c3", "kvlab-c4"}
+    assert set(names) == {"kvlab-storage", "kvlab-gpu1", *(f"kvlab-c{i}" for i in range(1, LAB_CONTAINERS + 1))}
     assert all(h["running"] and h["ssh"] for h in lab["hosts"])
     assert Path(lab["inventory"]).read_text().count("kvlab-c1") == 1
 
@@ -101,7 +101,7 @@ def _lab_leftovers() -> list[str]:
 
 
 @pytest.mark.lab_teardown
-def test_lab_down_leaves_nothing_behind(lab):
+def test_lab_down_leaves_nothing_behind(lab, lab_alone):
     assert _lab_leftovers()  # the lab is up: its processes, namespaces and mounts are visible
     r = kvprov("lab", "down", check=True)
     assert "removed netns kvlab-c1" in r.stdout and "removed netns kvlab-c2" in r.stdout

@@ -64,8 +64,14 @@ def test_check_mode_on_fresh_hosts_changes_nothing(lab):
 
 
 @pytest.fixture(scope="module")
-def deployed(lab):
-    r, result = deploy(lab["inventory"], "--limit", "kvlab-gpu1,kvlab-c1")
+def deployed(lab, lab_share):
+    """kvlab-gpu1 and kvlab-c1 deployed; a milestone for the other lab group (tests/labshare.py)."""
+    problem = "the deploy did not finish"
+    try:
+        r, result = deploy(lab["inventory"], "--limit", "kvlab-gpu1,kvlab-c1")
+        problem = None if r.returncode == 0 else f"deploy -> {r.returncode}:\n{r.stdout[-3000:]}"
+    finally:
+        lab_share.reach("deployed", problem)
     assert r.returncode == 0, r.stdout + r.stderr
     return result
 
@@ -199,7 +205,7 @@ def test_second_deploy_audits_clean_runs_nothing_and_a_full_one_changes_nothing(
     assert {h: s["changed"] for h, s in result["hosts"].items()} == {"kvlab-gpu1": 0, "kvlab-c1": 0}
 
 
-def test_changed_mount_option_needs_allow_remount_and_an_idle_mount_then_the_nfs_tcp_profile(deployed, lab, tmp_path):
+def test_changed_mount_option_needs_allow_remount_and_an_idle_mount_then_the_nfs_tcp_profile(deployed, lab, storage_alone, tmp_path):
     changed = with_var(lab["inventory"], tmp_path, kvprov_storage_rsize=131072)
     r, _ = deploy(changed, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount")
     assert r.returncode == 1

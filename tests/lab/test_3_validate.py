@@ -83,7 +83,7 @@ def test_bench_threshold_missed_together_with_aggregate(lab, tmp_path):
     assert agg["expected"] == "2 hosts started together" and "start skew" in agg["found"]
 
 
-def test_tcp_remount_is_caught(lab, tmp_path):
+def test_tcp_remount_is_caught(lab, storage_alone, tmp_path):
     sh(GPU1, "systemctl stop mnt-kvcache.mount && mount -t nfs4 -o vers=4.1,proto=tcp,port=2049 10.99.1.1:/kv /mnt/kvcache")
     try:
         r, results = validate(lab, tmp_path, "--no-bench")
@@ -116,7 +116,7 @@ def test_storage_dir_on_tmp_is_caught(lab, tmp_path):
     assert env["status"] == "fail" and "/tmp/hicache" in env["found"]
 
 
-def test_stopped_knfsd_is_caught_within_the_timeout(lab, tmp_path):
+def test_stopped_knfsd_is_caught_within_the_timeout(lab, storage_alone, tmp_path):
     """With the storage gone, `validate --timeout T` names it within T + 15 s (#28): once the volume
     did not answer the I/O probe, the collector probes it no further (one deadline, not one a probe)."""
     sh(STORAGE, "systemctl stop nfs-server")

@@ -23,9 +23,9 @@ from kvprov.lab.ssh import ssh, ssh_args
 from tests.conftest import LAB_CONTAINERS, ROOT, kvprov
 from tests.tls import engine_tls_files
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.lab_group("engine")]  # on the other xdist worker (tests/labshare.py)
 
-# The last container (the others serve the SGLang config-only tests); KVPROV_TEST_ENGINE_CONTAINER=1
+# The last container (the others serve the lab group's tests); KVPROV_TEST_ENGINE_CONTAINER=1
 # with KVPROV_TEST_REUSE_LAB=1 runs this file on a `lab up --containers 1` lab.
 INDEX = int(os.environ.get("KVPROV_TEST_ENGINE_CONTAINER", LAB_CONTAINERS))
 HOST = f"kvlab-c{INDEX}"
@@ -126,8 +126,11 @@ def vaulted_copy(inv, d) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def engine(lab, tmp_path_factory):
-    """The engine inventory, deployed: (inventory path, first deploy's JSON)."""
+def engine(lab, lab_share, tmp_path_factory):
+    """The engine inventory, deployed: (inventory path, first deploy's JSON). Deployed once the
+    other lab group has deployed kvlab-gpu1 (its check mode on fresh hosts runs before: the
+    containers share the KV directory; the cross-host test needs kvlab-gpu1's KV mount)."""
+    lab_share.wait_for_fixture("deployed", "engine", "the engine lab")
     if not topology.ENGINE_VENV.joinpath("bin/python").exists() or not (topology.models_dir() / topology.TINY_MODEL).exists():
         pytest.fail("the engine lab needs scripts/install-deps (engine wheelhouse and venv) and the tiny model "
                     "(`kvprov lab up` builds it)")
@@ -234,7 +237,7 @@ def test_loadtest_later_turns_hit_the_prefix_and_a_replay_after_restart_is_serve
 
 
 def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_namespace_on_real_nfs(
-        lab, engine, tmp_path):
+        lab, engine, storage_alone, tmp_path):
     """Two containers on one namespace on the storage VM's real NFS export, each through its own
     NFS mount on kvlab-gpu1 with kvprov's options (NFSv4.1/RDMA, pNFS; tests/lab/nfs_relay.py).
     After both sweeps, each host restarted (its GPU, DRAM and L1 tiers empty) gets the other's
@@ -487,6 +490,7 @@ CONFIG_ONLY = {  # engine: (settings, the file edited by hand, the edit, what au
 }
 
 
+@pytest.mark.lab_group("lab")  # kvlab-c2, with the tests of test_2 (before), test_6 and test_8 (after)
 @pytest.mark.parametrize("name", CONFIG_ONLY)
 def test_config_only_engine_is_idempotent_and_its_config_drift_is_caught(lab, tmp_path, name):
     from tests.lab.test_4_audit import run_testinfra

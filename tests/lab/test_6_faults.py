@@ -122,7 +122,7 @@ def test_controller_killed_in_the_middle_of_a_deploy_then_the_rerun_converges(la
     assert sh(C1, f"cat {TOML}") == before
 
 
-def test_nfs_server_gone_during_a_deploy_fails_that_host_in_bounded_time_and_others_finish(lab, tmp_path):
+def test_nfs_server_gone_during_a_deploy_fails_that_host_in_bounded_time_and_others_finish(lab, storage_alone, tmp_path):
     """A hard NFS mount whose server stops answering blocks stat() for ever: the deploy tasks
     that touch it give up after kvprov_storage_mount_timeout and say why; the other host
     (local profile) finishes. The testinfra probe of the mount gives up too."""
@@ -151,7 +151,7 @@ def test_nfs_server_gone_during_a_deploy_fails_that_host_in_bounded_time_and_oth
     assert sh(GPU1, LEFTOVERS).strip() == ""
 
 
-def test_kv_volume_full_during_the_acceptance_test_fails_clearly_and_leaves_nothing(lab, tmp_path):
+def test_kv_volume_full_during_the_acceptance_test_fails_clearly_and_leaves_nothing(lab, storage_alone, tmp_path):
     free = int(sh(STORAGE, "df -B1 --output=avail /kv | tail -1"))
     sh(STORAGE, f"fallocate -l {free - (8 << 20)} /kv/kvprov-test-fill")  # ours: 8 MiB stay free
     try:

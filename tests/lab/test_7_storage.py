@@ -30,7 +30,7 @@ def storage_check(lab, report: Path) -> tuple[int, dict, str]:
     return r.returncode, results, r.stdout + r.stderr
 
 
-def test_storage_check_passes_then_names_a_closed_rdma_listener_and_an_export_without_pnfs(lab, tmp_path):
+def test_storage_check_passes_then_names_a_closed_rdma_listener_and_an_export_without_pnfs(lab, storage_alone, tmp_path):
     assert "pnfs" in sh("exportfs -v"), "the lab exports /kv with pnfs (kvprov/lab/guest/exports)"
     code, results, out = storage_check(lab, tmp_path / "before.json")
     assert code == 0, out
