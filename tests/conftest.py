@@ -131,8 +131,8 @@ def lab(lab_share):
 
 @pytest.fixture
 def storage_alone(lab_share):
-    """The storage VM and kvlab-gpu1's KV mount to this test alone, among the lab groups'
-    (for a test that stops, breaks or remounts them, or that reads through them throughout)."""
+    """The storage VM to this test alone, among the lab groups' tests (for a test that stops or
+    breaks it, or that reads through it throughout)."""
     with lab_share.lock("storage"):
         yield
 

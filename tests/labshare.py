@@ -5,8 +5,9 @@ directory:
 
 - one `lab up` for the run (the first worker brings it up, the other waits and reads its state);
 - milestones one group reaches and the other waits for (`deployed`: kvlab-gpu1 is deployed);
-- the storage lock: the storage VM and kvlab-gpu1's KV mount to one test at a time, for the tests
-  that stop, break or remount them and for the engines' cross-host test, which reads through them;
+- the storage lock: the storage VM to one test at a time, for the tests that stop or break it and
+  for the engines' cross-host test, which reads through it (on mounts of its own on kvlab-gpu1,
+  beside the KV mount that the `lab` group's tests remount);
 - each group's end, which the test that takes the lab down waits for.
 
 Without xdist the directory is the run's own and nothing waits."""

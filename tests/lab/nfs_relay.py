@@ -10,7 +10,8 @@ gets its KV directory from one NFS mount on kvlab-gpu1, made with kvprov's own o
 - The relay caches nothing (no sshfs directory cache, FUSE entry/attribute/negative timeouts 0),
   so what one container sees of another's files is what the NFS client on kvlab-gpu1 sees.
 - Two containers use two NFS mounts, each with `nosharecache` (its own superblock, dentry and
-  attribute caches, like another client host; one NFS client id, as both are on one kernel).
+  attribute caches, like another client host; one NFS client id, as both are on one kernel),
+  beside kvprov's own mount, which the other lab group's tests remount meanwhile.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import contextlib
 import os
 import shlex
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 from kvprov.lab import topology
@@ -50,12 +53,23 @@ def in_container(pid: int, command: str, **kw) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60, **kw)
 
 
+def kvprov_mount(inventory: str) -> tuple[str, str]:
+    """What and Options of the KV mount unit kvprov renders for kvlab-gpu1 (its desired state:
+    the tests of the other lab group may be remounting the live one with other options)."""
+    with tempfile.TemporaryDirectory() as d:
+        subprocess.run([sys.executable, "-m", "kvprov", "render", inventory, "--out", d, "--host", "kvlab-gpu1"],
+                       check=True, capture_output=True, timeout=300)
+        unit = Path(d, "kvlab-gpu1", MOUNT_UNIT.lstrip("/")).read_text()
+    fields = dict(line.partition("=")[::2] for line in unit.splitlines() if "=" in line)
+    return fields["What"], fields["Options"]
+
+
 @contextlib.contextmanager
-def nfs_mount_on_gpu1(path: str):
+def nfs_mount_on_gpu1(inventory: str, path: str):
     """One more mount of the KV export on kvlab-gpu1 at `path`: the options of kvprov's mount
     unit, plus nosharecache. Yields the options."""
-    opts = _gpu1(f"sed -n 's/^Options=//p' {MOUNT_UNIT}").strip() + ",nosharecache"
-    src = _gpu1(f"sed -n 's/^What=//p' {MOUNT_UNIT}").strip()
+    src, opts = kvprov_mount(inventory)
+    opts += ",nosharecache"
     _gpu1(f"mkdir -p {path} && mount -t nfs4 -o {shlex.quote(opts)} {shlex.quote(src)} {path}")
     try:
         yield opts

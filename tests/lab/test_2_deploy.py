@@ -205,7 +205,7 @@ def test_second_deploy_audits_clean_runs_nothing_and_a_full_one_changes_nothing(
     assert {h: s["changed"] for h, s in result["hosts"].items()} == {"kvlab-gpu1": 0, "kvlab-c1": 0}
 
 
-def test_changed_mount_option_needs_allow_remount_and_an_idle_mount_then_the_nfs_tcp_profile(deployed, lab, storage_alone, tmp_path):
+def test_changed_mount_option_needs_allow_remount_and_an_idle_mount_then_the_nfs_tcp_profile(deployed, lab, tmp_path):
     changed = with_var(lab["inventory"], tmp_path, kvprov_storage_rsize=131072)
     r, _ = deploy(changed, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount")
     assert r.returncode == 1

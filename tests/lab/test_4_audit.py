@@ -190,7 +190,7 @@ def test_unreachable_host_is_reported_not_fatal(lab, tmp_path):
     assert data["hosts"]["kvlab-c1"]["ok"] is True
 
 
-def test_a_mount_remounted_by_hand_with_other_options_and_without_an_extra_one_is_named_and_fixed(lab, storage_alone, tmp_path):
+def test_a_mount_remounted_by_hand_with_other_options_and_without_an_extra_one_is_named_and_fixed(lab, tmp_path):
     """A remount by hand with another rsize/wsize that also lost an option of
     kvprov_storage_extra_options the kernel shows (write=eager): audit and the testinfra checks
     name both, `audit --fix --allow-remount` remounts, the host audits clean."""

@@ -38,7 +38,8 @@ SERVER, VLLM = "kvprov-lmcache-main.service", "kvprov-vllm-main.service"
 VLLM_UNIT = f"/etc/systemd/system/{VLLM}"
 API_KEY = "kvprov-lab-key-0123456789abcdef"  # deployed from a root-only file on the controller
 GPU1, STORAGE = ("127.0.0.1", topology.SSH_PORT_BASE + 1), ("127.0.0.1", topology.SSH_PORT_BASE)
-PEER_NFS = "/mnt/kvprov-peer"  # the peer's own mount of the export on kvlab-gpu1 (nfs_relay.py)
+# Each host's own mount of the export on kvlab-gpu1 (nfs_relay.py)
+HOST_NFS, PEER_NFS = "/mnt/kvprov-host", "/mnt/kvprov-peer"
 PKI = {}  # the engine's TLS files on the controller (tests/tls.py), made by the engine fixture
 RUNS = {}  # loadtest JSONs of this module's runs, by label (the baseline test compares with the tier's)
 
@@ -239,7 +240,8 @@ def test_loadtest_later_turns_hit_the_prefix_and_a_replay_after_restart_is_serve
 def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_namespace_on_real_nfs(
         lab, engine, storage_alone, tmp_path):
     """Two containers on one namespace on the storage VM's real NFS export, each through its own
-    NFS mount on kvlab-gpu1 with kvprov's options (NFSv4.1/RDMA, pNFS; tests/lab/nfs_relay.py).
+    NFS mount on kvlab-gpu1 with kvprov's options (NFSv4.1/RDMA, pNFS; tests/lab/nfs_relay.py;
+    the storage VM to this test alone among the lab groups' tests: storage_alone).
     After both sweeps, each host restarted (its GPU, DRAM and L1 tiers empty) gets the other's
     conversation, which it never saw: its first turn must come from the files the other host
     stored in the namespace on NFS. The restarts also prove the namespace still serves after both
@@ -251,11 +253,13 @@ def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_name
     inv = engine_inventory(tmp_path, INDEX, PEER)
     peer, peer_addr = f"kvlab-c{PEER}", (f"10.98.{PEER}.2", 22)
     relative = os.path.relpath(INST_DIR, topology.CONTAINER_KV)  # the namespace, from the export's root
-    first_new = gpu1_first_missing(relative)  # what this test creates on the export (and removes)
     sh(f"systemctl stop {VLLM} {SERVER}")  # its files so far are in the lab's shared directory, below the relay
+    first_new = None
     try:
-        with nfs_mount_on_gpu1(PEER_NFS) as options, relay(lab, HOST, topology.CONTAINER_KV, "/mnt/kvcache"), \
-                relay(lab, peer, topology.CONTAINER_KV, PEER_NFS):
+        with nfs_mount_on_gpu1(lab["inventory"], HOST_NFS) as options, \
+                nfs_mount_on_gpu1(lab["inventory"], PEER_NFS), \
+                relay(lab, HOST, topology.CONTAINER_KV, HOST_NFS), relay(lab, peer, topology.CONTAINER_KV, PEER_NFS):
+            first_new = gpu1_first_missing(HOST_NFS, relative)  # what this test creates on the export (and removes)
             try:
                 assert "proto=rdma" in options and "vers=4.1" in options, options
                 # this host from its own inventory (its namespace is created on the export), the peer
@@ -284,9 +288,10 @@ def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_name
             finally:  # the relays go before the engines that hold files on them
                 for addr in (ADDR, peer_addr):
                     ssh(*addr, f"systemctl stop {VLLM} {SERVER}", timeout=120)
+                if first_new:  # the namespace, and the parents this test created if it left them empty
+                    ssh(*GPU1, f"cd {HOST_NFS} && rm -rf {relative} && " + created_parents(relative, first_new),
+                        timeout=120)
     finally:
-        if first_new:
-            ssh(*GPU1, f"rm -rf /mnt/kvcache/{first_new}", timeout=120)
         sh(f"systemctl start {VLLM}")  # back on the lab's shared directory, for the tests below
         wait_healthy()
     # the API listens on every interface for its clients only (kvprov_engine_clients, the
@@ -299,12 +304,22 @@ def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_name
                       "IPAddressDeny": {"0.0.0.0/0", "::/0"}}, shown
 
 
-def gpu1_first_missing(relative: str) -> str | None:
-    """The first of `relative`'s directories that kvlab-gpu1's KV mount lacks (None: all there)."""
+def created_parents(relative: str, first_new: str) -> str:
+    """Shell words removing `relative`'s parents from its own up to `first_new` (the first this
+    test created), each only when empty: another lab test may have put files there meanwhile."""
+    parents, d = [], os.path.dirname(relative)
+    while len(d) >= len(first_new):
+        parents.append(d)
+        d = os.path.dirname(d)
+    return "; ".join([*(f"rmdir {d} 2>/dev/null" for d in parents), "true"])
+
+
+def gpu1_first_missing(mount: str, relative: str) -> str | None:
+    """The first of `relative`'s directories that kvlab-gpu1's NFS mount at `mount` lacks (None: all there)."""
     parts = relative.split("/")
     for i in range(1, len(parts) + 1):
         path = "/".join(parts[:i])
-        if ssh(*GPU1, f"test -e /mnt/kvcache/{path}", timeout=60).returncode != 0:
+        if ssh(*GPU1, f"test -e {mount}/{path}", timeout=60).returncode != 0:
             return path
     return None
 
