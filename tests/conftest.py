@@ -67,27 +67,31 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    """What the lab groups share (after -k/-m deselection): which group uses which fixture,
-    and each group's last lab test (its end is written when it has run: pytest_runtest_teardown)."""
-    used, last = {}, {}
+    """What the lab groups share (after -k/-m deselection): which group uses which fixture and
+    test module, and the milestones each lab test's end reaches (the last of its module's,
+    of its group's: pytest_runtest_teardown)."""
+    used, reaches = {}, {}
     for item in session.items:
         group = lab_group(item)
         if group is None or item.get_closest_marker("lab_teardown"):
             continue
-        for name in item.fixturenames:
-            used.setdefault(name, set()).add(group)
-        last[group] = item.nodeid
-    session.config.stash[LAB_GROUPS] = (used, last)
+        module = f"module:{item.module.__name__.rpartition('.')[2]}"
+        for key in (*(f"fixture:{name}" for name in item.fixturenames), module):
+            used.setdefault(key, set()).add(group)
+        reaches[module] = reaches[f"group:{group}"] = item.nodeid
+    milestones = {}
+    for name, nodeid in reaches.items():
+        milestones.setdefault(nodeid, []).append(name)
+    session.config.stash[LAB_GROUPS] = (used, milestones)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     yield
-    _, last = item.config.stash.get(LAB_GROUPS, ({}, {}))
     share = item.config.stash.get(LAB_SHARE, None)
-    group = lab_group(item)
-    if share is not None and group is not None and last.get(group) == item.nodeid:
-        share.reach(f"group-{group}-done")
+    if share is not None:
+        for name in item.config.stash[LAB_GROUPS][1].get(item.nodeid, []):
+            share.reach(name)
 
 
 def pytest_configure(config):
@@ -131,8 +135,10 @@ def lab(lab_share):
 
 @pytest.fixture
 def storage_alone(lab_share):
-    """The storage VM to this test alone, among the lab groups' tests (for a test that stops or
-    breaks it, or that reads through it throughout)."""
+    """The storage VM and kvlab-gpu1's NFS client to this test alone, among the lab groups' tests:
+    for a test that stops or breaks the storage, that mounts it over TCP (NFSv4.1 trunking: with
+    a mount over RDMA up, the kernel serves a new TCP mount through that RDMA client), or that
+    reads through it throughout."""
     with lab_share.lock("storage"):
         yield
 
@@ -140,6 +146,7 @@ def storage_alone(lab_share):
 @pytest.fixture
 def lab_alone(request, lab_share):
     """The other lab groups' tests have all run: the lab is this test's alone."""
-    _, last = request.config.stash[LAB_GROUPS]
-    for group in sorted(set(last) - {lab_group(request.node)}):
-        lab_share.wait(f"group-{group}-done", f"{request.node.name} waits for the `{group}` lab tests")
+    groups = {name for names in request.config.stash[LAB_GROUPS][1].values() for name in names
+              if name.startswith("group:")}
+    for name in sorted(groups - {f"group:{lab_group(request.node)}"}):
+        lab_share.wait(name, f"{request.node.name} waits for the lab tests of {name}")

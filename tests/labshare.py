@@ -4,10 +4,12 @@ then the unit tests), one a worker. What they share goes through files in the ru
 directory:
 
 - one `lab up` for the run (the first worker brings it up, the other waits and reads its state);
-- milestones one group reaches and the other waits for (`deployed`: kvlab-gpu1 is deployed);
-- the storage lock: the storage VM to one test at a time, for the tests that stop or break it and
-  for the engines' cross-host test, which reads through it (on mounts of its own on kvlab-gpu1,
-  beside the KV mount that the `lab` group's tests remount);
+- milestones one group reaches and the other waits for (`fixture:deployed`: kvlab-gpu1 is
+  deployed; `module:test_3_validate`: that module's tests have run);
+- the storage lock: the storage VM and kvlab-gpu1's NFS client to one test at a time, for the
+  tests that stop or break the storage or mount it over TCP, and for the engines' cross-host
+  test, which reads through it (on RDMA mounts of its own on kvlab-gpu1, beside the KV mount
+  that the `lab` group's tests remount with other options);
 - each group's end, which the test that takes the lab down waits for.
 
 Without xdist the directory is the run's own and nothing waits."""
@@ -24,9 +26,9 @@ WAIT = 3600  # seconds one group waits for the other, at most
 
 
 class LabShare:
-    def __init__(self, directory: Path, fixtures_used: dict[str, set[str]]):
+    def __init__(self, directory: Path, used: dict[str, set[str]]):
         self.dir = directory
-        self.fixtures_used = fixtures_used  # fixture name -> the groups whose tests use it
+        self.used = used  # "fixture:NAME" / "module:NAME" -> the lab groups whose tests use it (this run)
 
     @contextlib.contextmanager
     def lock(self, name: str):
@@ -51,8 +53,9 @@ class LabShare:
         if problem:
             raise AssertionError(f"{why}: `{name}` failed on the lab's other worker: {problem}")
 
-    def wait_for_fixture(self, fixture: str, group: str, why: str) -> None:
-        """Until the milestone of the same name as `fixture` when tests of another group use it
-        (in this run); at once otherwise (then the fixture ran before, in this process, or not at all)."""
-        if self.fixtures_used.get(fixture, set()) - {group}:
-            self.wait(fixture, why)
+    def after(self, milestone: str, group: str, why: str) -> None:
+        """Until `milestone` ("fixture:NAME", reached by that fixture; "module:NAME", reached when
+        that test module's last test has run) when tests of another lab group reach it in this run;
+        at once otherwise (then it was reached before, in this process, or never is)."""
+        if self.used.get(milestone, set()) - {group}:
+            self.wait(milestone, why)

@@ -71,7 +71,7 @@ def deployed(lab, lab_share):
         r, result = deploy(lab["inventory"], "--limit", "kvlab-gpu1,kvlab-c1")
         problem = None if r.returncode == 0 else f"deploy -> {r.returncode}:\n{r.stdout[-3000:]}"
     finally:
-        lab_share.reach("deployed", problem)
+        lab_share.reach("fixture:deployed", problem)
     assert r.returncode == 0, r.stdout + r.stderr
     return result
 
@@ -205,7 +205,7 @@ def test_second_deploy_audits_clean_runs_nothing_and_a_full_one_changes_nothing(
     assert {h: s["changed"] for h, s in result["hosts"].items()} == {"kvlab-gpu1": 0, "kvlab-c1": 0}
 
 
-def test_changed_mount_option_needs_allow_remount_and_an_idle_mount_then_the_nfs_tcp_profile(deployed, lab, tmp_path):
+def test_changed_mount_option_needs_allow_remount_and_an_idle_mount(deployed, lab, tmp_path):
     changed = with_var(lab["inventory"], tmp_path, kvprov_storage_rsize=131072)
     r, _ = deploy(changed, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount")
     assert r.returncode == 1
@@ -237,7 +237,15 @@ def test_changed_mount_option_needs_allow_remount_and_an_idle_mount_then_the_nfs
         assert sh(GPU1, f"systemctl is-active {unit}").strip() == "active"  # started again after the remount
     finally:
         sh(GPU1, f"systemctl stop {unit}; rm -f /etc/systemd/system/{unit}; systemctl daemon-reload")
-    # The same roles serve plain NFS over TCP: switching profiles is a remount, and then idempotent
+    r, _ = deploy(lab["inventory"], "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
+    assert r.returncode == 0, r.stdout + r.stderr  # back to the lab's settings
+    assert live_mount().opts["rsize"] == "262144"
+
+
+def test_the_nfs_tcp_profile_is_a_remount_then_idempotent(deployed, lab, storage_alone, tmp_path):
+    """The same roles serve plain NFS over TCP. Alone with the storage: while another mount of
+    the export over RDMA is up on kvlab-gpu1 (the engines' cross-host test), the kernel would
+    serve a TCP mount through that RDMA client (NFSv4.1 trunking)."""
     tcp = with_var(lab["inventory"], tmp_path, kvprov_storage_profile="nfs_tcp")
     r, _ = deploy(tcp, "--limit", "kvlab-gpu1", "--tags", "kvcache_mount", "--allow-remount")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -83,7 +83,7 @@ def test_bench_threshold_missed_together_with_aggregate(lab, tmp_path):
     assert agg["expected"] == "2 hosts started together" and "start skew" in agg["found"]
 
 
-def test_tcp_remount_is_caught(lab, tmp_path):
+def test_tcp_remount_is_caught(lab, storage_alone, tmp_path):
     sh(GPU1, "systemctl stop mnt-kvcache.mount && mount -t nfs4 -o vers=4.1,proto=tcp,port=2049 10.99.1.1:/kv /mnt/kvcache")
     try:
         r, results = validate(lab, tmp_path, "--no-bench")

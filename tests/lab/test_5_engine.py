@@ -2,10 +2,10 @@
 server, L2 as files in the model's shared namespace; `inventory/lab-engine.yml`, here aimed
 at the lab's last container). Proves the chain end to end: deploy (offline, idempotent),
 validate, a long prompt twice, KV chunk files in the namespace, both units restarted (GPU,
-DRAM and L1 tiers empty), the same prompt served from L2; a second container on the same
-namespace, restarted, serves the first one's prefixes from it (and the first the second's);
-then validate and audit catch a stopped server, an unwritable L2 directory and a vLLM unit
-pointing at the wrong port. The engine runs on the `local` profile on one directory all
+DRAM and L1 tiers empty), the same prompt served from L2; validate and audit catch a stopped
+server, an unwritable L2 directory and a vLLM unit pointing at the wrong port; then a second
+container on the same namespace, restarted, serves the first one's prefixes from it (and the
+first the second's). The engine runs on the `local` profile on one directory all
 containers share; the cross-host test moves both engines onto the storage VM's real NFS export
 (tests/lab/nfs_relay.py: the host kernel has no NFS client)."""
 
@@ -131,7 +131,7 @@ def engine(lab, lab_share, tmp_path_factory):
     """The engine inventory, deployed: (inventory path, first deploy's JSON). Deployed once the
     other lab group has deployed kvlab-gpu1 (its check mode on fresh hosts runs before: the
     containers share the KV directory; the cross-host test needs kvlab-gpu1's KV mount)."""
-    lab_share.wait_for_fixture("deployed", "engine", "the engine lab")
+    lab_share.after("fixture:deployed", "engine", "the engine lab")
     if not topology.ENGINE_VENV.joinpath("bin/python").exists() or not (topology.models_dir() / topology.TINY_MODEL).exists():
         pytest.fail("the engine lab needs scripts/install-deps (engine wheelhouse and venv) and the tiny model "
                     "(`kvprov lab up` builds it)")
@@ -237,11 +237,97 @@ def test_loadtest_later_turns_hit_the_prefix_and_a_replay_after_restart_is_serve
     assert API_KEY not in r.stdout + r.stderr + (tmp_path / "loadtest.json").read_text()
 
 
+def test_validate_passes_every_engine_check_and_the_engine_round_trip(engine, tmp_path):
+    inv, _ = engine
+    # engine.main.state counts every crash since a unit's last start by hand (NRestarts): the tests
+    # above restart, stop and load the engine; start both from here, so a crash it names is one
+    # during this validation. (The lab's CPU vLLM + LMCache has lost a process without a word in
+    # about one CI run in three; the units restart it, PYTHONFAULTHANDLER=1 puts a traceback in
+    # the journal.)
+    sh(f"systemctl restart {SERVER} {VLLM}")
+    wait_healthy()
+    r, results = validate(inv, tmp_path, "--engine-roundtrip")
+    engine_checks = {k: v for k, v in results.items() if k.startswith("engine.main.")}
+    assert {k: v["status"] for k, v in engine_checks.items()} == {
+        f"engine.main.{s}": "pass" for s in ("unit", "state", "storage_env", "storage_dir", "health", "cache",
+                                              "roundtrip")}, r.stdout
+    assert "came from the storage tier" in results["engine.main.roundtrip"]["found"]
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert "the running process" in results["engine.main.unit"]["found"]
+    assert results["engine.main.storage_env"]["found"] == f"{INST_DIR} (--l2-adapter fs, the running process)"
+
+
+def test_validate_catches_an_unwritable_l2_directory(engine, tmp_path):
+    inv, _ = engine
+    sh(f"chown root:root {INST_DIR} && chmod 0700 {INST_DIR}")
+    # Without --engine-roundtrip: its restart would not come back (LMCache's fs L2 cannot create its
+    # temporary directory in the namespace at start), and would wait out the restart timeout. The
+    # round trip's "stored nothing" reason is a unit test (test_loadtest.py).
+    r, results = validate(inv, tmp_path)
+    found = results["engine.main.storage_dir"]
+    assert r.returncode == 1 and found["status"] == "fail"
+    assert "is not writable by kvprov-engine" in found["found"] and "chown kvprov-engine" in found["fix"]
+    # The same repair puts back the vLLM key guard, edited by hand meanwhile: code every instance
+    # loads (as SGLang's sitecustomize.py), so its change owes every instance a restart, or the old
+    # code would go on serving (a directory's mode owes none).
+    guard = "/usr/local/lib/kvprov-vllm/kvprov_vllm_guard.py"
+    pid = sh(f"systemctl show -p MainPID --value {VLLM}").strip()
+    sh(f"echo '# edited by hand' >> {guard}")
+    r = kvprov("deploy", str(inv), "--tags", "engine", timeout=900)
+    assert r.returncode == 0 and sh(f"stat -c '%U %a' {INST_DIR}").split() == ["kvprov-engine", "750"]
+    assert "edited by hand" not in sh(f"cat {guard}") and sh("ls -A /var/lib/kvprov/restart-pending").strip() == ""
+    assert sh(f"systemctl show -p MainPID --value {VLLM}").strip() not in (pid, "0"), "the instance was not restarted"
+    wait_healthy()
+
+
+def test_validate_catches_a_stopped_server(engine, tmp_path):
+    inv, _ = engine
+    sh(f"systemctl stop {SERVER}")
+    r, results = validate(inv, tmp_path)
+    state = results["engine.main.state"]
+    assert r.returncode == 1 and state["status"] == "fail"
+    assert f"{SERVER}: ActiveState=inactive" in state["found"] and "not running" in state["found"]
+    sh(f"systemctl start {VLLM}")  # Requires= starts the server first
+    wait_healthy()
+
+
+def test_validate_and_audit_catch_a_vllm_unit_pointing_at_the_wrong_port(engine, tmp_path):
+    inv, _ = engine
+    # the unit's JSON argument as systemd reads it: in double quotes, its own quotes escaped (\")
+    sh(f"sed -i 's/lmcache.mp.port\\\\\":18000/lmcache.mp.port\\\\\":18001/' {VLLM_UNIT} && systemctl daemon-reload "
+       f"&& systemctl restart {VLLM}")
+    r, results = validate(inv, tmp_path)
+    unit = results["engine.main.unit"]
+    assert r.returncode == 1 and unit["status"] == "fail"
+    assert "lmcache.mp.port is 18001 but the LMCache server kvprov-lmcache-main.service listens on --port 18000" \
+        in unit["found"], unit
+    out = tmp_path / "audit.json"
+    r = kvprov("audit", str(inv), "--json", str(out), timeout=600)
+    audit = {x["id"]: x for x in json.loads(out.read_text())["hosts"][HOST]["results"]}
+    assert r.returncode == 1 and audit[f"file:{VLLM_UNIT}"]["status"] == "fail"
+    assert 'lmcache.mp.port\\":18001}}' in audit[f"file:{VLLM_UNIT}"]["detail"]
+    r = kvprov("deploy", str(inv), timeout=900)  # puts the unit back and restarts only this instance
+    assert r.returncode == 0, r.stdout[-4000:]
+    wait_healthy()
+    r, results = validate(inv, tmp_path)
+    assert results["engine.main.unit"]["status"] == "pass", results["engine.main.unit"]
+
+
+@pytest.fixture
+def storage_after_test_3(lab_share):
+    """The storage lock (conftest's storage_alone), taken once the other lab group has run
+    test_3's tests, which stop the storage and mount it over TCP: test_4's and the config-only
+    tests after them leave the storage alone, so they run meanwhile without waiting."""
+    lab_share.after("module:test_3_validate", "engine", "the cross-host test")
+    with lab_share.lock("storage"):
+        yield
+
+
 def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_namespace_on_real_nfs(
-        lab, engine, storage_alone, tmp_path):
+        lab, engine, storage_after_test_3, tmp_path):
     """Two containers on one namespace on the storage VM's real NFS export, each through its own
     NFS mount on kvlab-gpu1 with kvprov's options (NFSv4.1/RDMA, pNFS; tests/lab/nfs_relay.py;
-    the storage VM to this test alone among the lab groups' tests: storage_alone).
+    the storage VM and kvlab-gpu1's NFS client to this test alone among the lab groups' tests).
     After both sweeps, each host restarted (its GPU, DRAM and L1 tiers empty) gets the other's
     conversation, which it never saw: its first turn must come from the files the other host
     stored in the namespace on NFS. The restarts also prove the namespace still serves after both
@@ -347,82 +433,6 @@ def test_two_hosts_evictors_on_one_namespace_take_turns_keep_recent_files_and_me
     assert not r["overlap"] and r["contended"], r
     assert r["recent_kept"] == r["recent"] and len(r["recent"]) == 3, r
     assert r["under_quota"] and r["removed_total"] == r["removed_said"] > 0, r
-
-
-def test_validate_passes_every_engine_check_and_the_engine_round_trip(engine, tmp_path):
-    inv, _ = engine
-    # engine.main.state counts every crash since a unit's last start by hand (NRestarts): the tests
-    # above restart, stop and load the engine; start both from here, so a crash it names is one
-    # during this validation. (The lab's CPU vLLM + LMCache has lost a process without a word in
-    # about one CI run in three; the units restart it, PYTHONFAULTHANDLER=1 puts a traceback in
-    # the journal.)
-    sh(f"systemctl restart {SERVER} {VLLM}")
-    wait_healthy()
-    r, results = validate(inv, tmp_path, "--engine-roundtrip")
-    engine_checks = {k: v for k, v in results.items() if k.startswith("engine.main.")}
-    assert {k: v["status"] for k, v in engine_checks.items()} == {
-        f"engine.main.{s}": "pass" for s in ("unit", "state", "storage_env", "storage_dir", "health", "cache",
-                                              "roundtrip")}, r.stdout
-    assert "came from the storage tier" in results["engine.main.roundtrip"]["found"]
-    assert r.returncode == 0, r.stdout[-4000:]
-    assert "the running process" in results["engine.main.unit"]["found"]
-    assert results["engine.main.storage_env"]["found"] == f"{INST_DIR} (--l2-adapter fs, the running process)"
-
-
-def test_validate_catches_an_unwritable_l2_directory(engine, tmp_path):
-    inv, _ = engine
-    sh(f"chown root:root {INST_DIR} && chmod 0700 {INST_DIR}")
-    # Without --engine-roundtrip: its restart would not come back (LMCache's fs L2 cannot create its
-    # temporary directory in the namespace at start), and would wait out the restart timeout. The
-    # round trip's "stored nothing" reason is a unit test (test_loadtest.py).
-    r, results = validate(inv, tmp_path)
-    found = results["engine.main.storage_dir"]
-    assert r.returncode == 1 and found["status"] == "fail"
-    assert "is not writable by kvprov-engine" in found["found"] and "chown kvprov-engine" in found["fix"]
-    # The same repair puts back the vLLM key guard, edited by hand meanwhile: code every instance
-    # loads (as SGLang's sitecustomize.py), so its change owes every instance a restart, or the old
-    # code would go on serving (a directory's mode owes none).
-    guard = "/usr/local/lib/kvprov-vllm/kvprov_vllm_guard.py"
-    pid = sh(f"systemctl show -p MainPID --value {VLLM}").strip()
-    sh(f"echo '# edited by hand' >> {guard}")
-    r = kvprov("deploy", str(inv), "--tags", "engine", timeout=900)
-    assert r.returncode == 0 and sh(f"stat -c '%U %a' {INST_DIR}").split() == ["kvprov-engine", "750"]
-    assert "edited by hand" not in sh(f"cat {guard}") and sh("ls -A /var/lib/kvprov/restart-pending").strip() == ""
-    assert sh(f"systemctl show -p MainPID --value {VLLM}").strip() not in (pid, "0"), "the instance was not restarted"
-    wait_healthy()
-
-
-def test_validate_catches_a_stopped_server(engine, tmp_path):
-    inv, _ = engine
-    sh(f"systemctl stop {SERVER}")
-    r, results = validate(inv, tmp_path)
-    state = results["engine.main.state"]
-    assert r.returncode == 1 and state["status"] == "fail"
-    assert f"{SERVER}: ActiveState=inactive" in state["found"] and "not running" in state["found"]
-    sh(f"systemctl start {VLLM}")  # Requires= starts the server first
-    wait_healthy()
-
-
-def test_validate_and_audit_catch_a_vllm_unit_pointing_at_the_wrong_port(engine, tmp_path):
-    inv, _ = engine
-    # the unit's JSON argument as systemd reads it: in double quotes, its own quotes escaped (\")
-    sh(f"sed -i 's/lmcache.mp.port\\\\\":18000/lmcache.mp.port\\\\\":18001/' {VLLM_UNIT} && systemctl daemon-reload "
-       f"&& systemctl restart {VLLM}")
-    r, results = validate(inv, tmp_path)
-    unit = results["engine.main.unit"]
-    assert r.returncode == 1 and unit["status"] == "fail"
-    assert "lmcache.mp.port is 18001 but the LMCache server kvprov-lmcache-main.service listens on --port 18000" \
-        in unit["found"], unit
-    out = tmp_path / "audit.json"
-    r = kvprov("audit", str(inv), "--json", str(out), timeout=600)
-    audit = {x["id"]: x for x in json.loads(out.read_text())["hosts"][HOST]["results"]}
-    assert r.returncode == 1 and audit[f"file:{VLLM_UNIT}"]["status"] == "fail"
-    assert 'lmcache.mp.port\\":18001}}' in audit[f"file:{VLLM_UNIT}"]["detail"]
-    r = kvprov("deploy", str(inv), timeout=900)  # puts the unit back and restarts only this instance
-    assert r.returncode == 0, r.stdout[-4000:]
-    wait_healthy()
-    r, results = validate(inv, tmp_path)
-    assert results["engine.main.unit"]["status"] == "pass", results["engine.main.unit"]
 
 
 def test_the_same_engine_without_the_tier_serves_nothing_from_storage_after_a_restart(engine, tmp_path):
