@@ -65,10 +65,10 @@ def kvprov_mount(inventory: str) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def nfs_mount_on_gpu1(inventory: str, path: str):
-    """One more mount of the KV export on kvlab-gpu1 at `path`: the options of kvprov's mount
-    unit, plus nosharecache. Yields the options."""
-    src, opts = kvprov_mount(inventory)
+def nfs_mount_on_gpu1(mount: tuple[str, str], path: str):
+    """One more mount of the KV export on kvlab-gpu1 at `path`: `mount` (What and Options, as
+    kvprov_mount gives them) plus nosharecache. Yields the options."""
+    src, opts = mount
     opts += ",nosharecache"
     _gpu1(f"mkdir -p {path} && mount -t nfs4 -o {shlex.quote(opts)} {shlex.quote(src)} {path}")
     try:

@@ -314,13 +314,12 @@ def test_validate_and_audit_catch_a_vllm_unit_pointing_at_the_wrong_port(engine,
 
 
 @pytest.fixture
-def storage_after_test_3(lab_share):
-    """The storage lock (conftest's storage_alone), taken once the other lab group has run
-    test_3's tests, which stop the storage and mount it over TCP: test_4's and the config-only
-    tests after them leave the storage alone, so they run meanwhile without waiting."""
+def storage_after_test_3(request, lab_share):
+    """conftest's storage_alone, taken once the other lab group has run test_3's tests, which
+    stop the storage and mount it over TCP: test_4's and the config-only tests after them leave
+    the storage alone, so they run meanwhile without waiting."""
     lab_share.after("module:test_3_validate", "engine", "the cross-host test")
-    with lab_share.lock("storage"):
-        yield
+    request.getfixturevalue("storage_alone")
 
 
 def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_namespace_on_real_nfs(
@@ -334,7 +333,7 @@ def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_name
     engines restart. TTFTs are printed, not asserted: on the lab a read of the files through the
     relay (ssh into an emulated VM) is slower than the tiny CPU model's cold prefill of 1024
     tokens; TTFT on storage is a real cluster's benchmark."""
-    from tests.lab.nfs_relay import nfs_mount_on_gpu1, read_bytes, relay
+    from tests.lab.nfs_relay import kvprov_mount, nfs_mount_on_gpu1, read_bytes, relay
 
     inv = engine_inventory(tmp_path, INDEX, PEER)
     peer, peer_addr = f"kvlab-c{PEER}", (f"10.98.{PEER}.2", 22)
@@ -342,8 +341,8 @@ def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_name
     sh(f"systemctl stop {VLLM} {SERVER}")  # its files so far are in the lab's shared directory, below the relay
     first_new = None
     try:
-        with nfs_mount_on_gpu1(lab["inventory"], HOST_NFS) as options, \
-                nfs_mount_on_gpu1(lab["inventory"], PEER_NFS), \
+        mount = kvprov_mount(lab["inventory"])
+        with nfs_mount_on_gpu1(mount, HOST_NFS) as options, nfs_mount_on_gpu1(mount, PEER_NFS), \
                 relay(lab, HOST, topology.CONTAINER_KV, HOST_NFS), relay(lab, peer, topology.CONTAINER_KV, PEER_NFS):
             first_new = gpu1_first_missing(HOST_NFS, relative)  # what this test creates on the export (and removes)
             try:
