@@ -113,10 +113,14 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable, help="python with nixl and numpy")
     ap.add_argument("--fix-udev", action="store_true", help="write cuFile's missing udev record (see above)")
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--commit", help="the commit measured (default: git rev-parse HEAD of this checkout)")
     args = ap.parse_args()
     depths = [int(d) for d in args.concurrency.split(",")]
     smi = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader", "-i", str(args.gpu)]
-    report = {"gpu": subprocess.run(smi, capture_output=True, text=True, check=False).stdout.strip()
+    commit = args.commit or subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                                           text=True, check=False).stdout.strip() or None
+    report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit,
+              "gpu": subprocess.run(smi, capture_output=True, text=True, check=False).stdout.strip()
               if shutil.which("nvidia-smi") else "no nvidia-smi",
               "dir": args.dir, "file_bytes": args.file_bytes, "files": args.files, "notes": [], "runs": [],
               "baseline": []}
@@ -141,7 +145,8 @@ def main() -> int:
     compat = next((r["compat_mode"] for r in report["runs"] if r.get("compat_mode") is not None), None)
     report["notes"].append("no nvidia-fs driver: cuFile runs in compat mode (POSIX I/O inside cuFile)" if compat
                            else "nvidia-fs driver loaded: cuFile uses GPUDirect Storage")
-    print(f"{report['gpu']}; {args.files} files x {args.file_bytes} B in {args.dir}")
+    print(f"{report['date']}, commit {report['commit']}, {report['gpu']}; {args.files} files x {args.file_bytes} B "
+          f"in {args.dir}")
     print("\n".join(report["notes"]))
     print(f"{'path':32} {'depth':>5} {'write GB/s':>10} {'read GB/s':>10} {'p50 ms w/r':>14}  verified")
     for r in report["runs"]:

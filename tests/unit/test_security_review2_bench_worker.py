@@ -1,8 +1,10 @@
 """Security review #24, finding 14 (4): the bench worker runs as root in a directory on a
 volume others may write. It must not check a path for a link and then use the path (a link
-swapped in between is followed): the storage directory, its run directory and every file
-are opened with O_NOFOLLOW, the run directory and the files relative to their directory's
-descriptor, and cleanup removes them relative to those descriptors too. Here a check that
+swapped in between is followed): the storage directory and its run directory are opened
+with O_NOFOLLOW, every file without following a link (#42: created with O_CREAT|O_EXCL,
+read through an O_PATH|O_NOFOLLOW reference, as cuFile refuses O_NOFOLLOW), the run
+directory and the files relative to their directory's descriptor, and cleanup removes them
+relative to those descriptors too. Here a check that
 misses the link (os.path.islink answering False) stands for a link swapped in after the
 check, and the run directory is swapped for a link mid-run. No NIXL is needed: the parts
 that touch the file system run with a stand-in for the NIXL side."""
@@ -75,7 +77,7 @@ def bench_in(run_dir, created: list) -> bw.Bench:
     """A Bench of the file-system side only (no NIXL, no numpy)."""
     bench = object.__new__(bw.Bench)
     bench.args = argparse.Namespace(direct=False)
-    bench.run_dir, bench.created = str(run_dir), created
+    bench.run_dir, bench.created, bench.written = str(run_dir), created, {}
     bench.run_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     return bench
 

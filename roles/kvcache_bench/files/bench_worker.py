@@ -99,14 +99,18 @@ import argparse
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import glob
 import importlib
 import json
 import mmap
 import os
+import platform
 import signal
 import socket
+import stat
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -119,6 +123,21 @@ TRACE_EVENTS = ("prepared", "armed", "t0", "done", "closed")  # --trace: a file'
 
 
 NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+# The open flags (as fcntl(F_GETFL) reports them) cuFile's cuFileHandleRegister accepts on a
+# descriptor: the access mode, O_DIRECT (which GPUDirect Storage needs) and O_LARGEFILE (the
+# kernel sets it on every file of a 64-bit process). It refuses the others it checks for,
+# O_NOFOLLOW among them ("cuFileHandleRegister error, fd opened with unsupported flags: 180226",
+# i.e. O_RDWR | O_DIRECT | O_LARGEFILE | O_NOFOLLOW, CUDA 13.0's libcufile on an H200);
+# benchmarks/cufile_flags.py probes each flag on a GPU host and benchmarks/results/ keeps what it
+# found. O_CREAT, O_EXCL, O_TRUNC and O_CLOEXEC never show in F_GETFL. Every descriptor the
+# worker hands to GDS/GDS_MT carries only these (tests/unit/test_bench_worker_gds_flags.py).
+# Python's os.O_LARGEFILE is 0 on 64-bit machines (glibc's), the kernel's value is per architecture.
+O_LARGEFILE = os.O_LARGEFILE or {"aarch64": 0o400000, "ppc64le": 0o200000}.get(platform.machine(), 0o100000)
+CUFILE_FD_FLAGS = os.O_ACCMODE | os.O_DIRECT | O_LARGEFILE
+CUFILE_LOG_ENV = "CUFILE_LOGFILE_PATH"  # where cuFile writes its log (else cufile.json's logging.dir)
+OPEN_FLAG_NAMES = ("O_WRONLY", "O_RDWR", "O_APPEND", "O_NONBLOCK", "O_DSYNC", "O_ASYNC", "O_DIRECT",
+                   "O_LARGEFILE", "O_DIRECTORY", "O_NOFOLLOW", "O_NOATIME", "O_SYNC", "O_PATH")
 
 
 class Failure(Exception):
@@ -329,6 +348,39 @@ def udev_hint(path: str) -> str:
             f"/run/udev/data; printf 'E:ID_FS_USAGE=filesystem\\nE:ID_FS_TYPE={fstype}\\n' > {record}")
 
 
+def flag_names(flags: int, access: bool = True) -> str:
+    """`flags` (as F_GETFL reports them) in the open(2) names, e.g. O_RDWR|O_DIRECT|O_LARGEFILE
+    (without the access mode when not `access`)."""
+    values = {n: O_LARGEFILE if n == "O_LARGEFILE" else getattr(os, n, 0) for n in OPEN_FLAG_NAMES}
+    names = [n for n, v in values.items() if v and flags & v == v]
+    if access and flags & os.O_ACCMODE == os.O_RDONLY:
+        names.insert(0, "O_RDONLY")
+    return "|".join(names)
+
+
+def cufile_said() -> str:
+    """cuFile's last three ERROR lines in its log (CUFILE_LOGFILE_PATH), without their time and
+    thread prefix, as "; cuFile says: ..." (else "")."""
+    try:
+        with open(os.environ[CUFILE_LOG_ENV], errors="replace") as fh:
+            lines = [line.split(" ERROR ", 1)[1].strip() for line in fh if " ERROR " in line]
+    except (OSError, KeyError):
+        return ""
+    return f"; cuFile says: {' | '.join(lines[-3:])}" if lines else ""
+
+
+def cufile_hint(flags: int, run_dir: str) -> str:
+    """Why cuFile refused a file: its own ERROR lines, the descriptor's flags it does not accept,
+    and a missing udev record of the block device."""
+    hint = cufile_said()
+    outside = flags & ~CUFILE_FD_FLAGS
+    if outside:
+        hint += (f"; the descriptor was opened with {flag_names(flags)} and cuFile accepts none of "
+                 f"{flag_names(outside, access=False)}")
+    hint += udev_hint(run_dir)
+    return hint or f"; cuFile's log ({os.environ.get(CUFILE_LOG_ENV) or 'cufile.log'}) says why"
+
+
 def library_hint() -> str:
     libs = {"libcufile.so.0": ("libcufile.so.0",), "libcudart.so.13/.12": ("libcudart.so.13", "libcudart.so.12")}
     missing = [label for label, names in libs.items() if not any(_loadable(name) for name in names)]
@@ -347,6 +399,7 @@ def _loadable(name: str) -> bool:
 class Bench:
     def __init__(self, args: argparse.Namespace, params: dict, run_dir: str, run_fd: int, created: list):
         self.args, self.run_dir, self.run_fd, self.created = args, run_dir, run_fd, created
+        self.written = {}  # file name -> (st_dev, st_ino) of the file this run created under it
         self.size = args.file_bytes
         self.blocks = self.size // BLOCK
         self.np = importlib.import_module("numpy")
@@ -362,7 +415,7 @@ class Bench:
         except self.nixl_errors as exc:
             plugins = self.agent.get_plugin_list()
             why = (f"; no {args.backend} plugin among {', '.join(plugins)}" if args.backend not in plugins
-                   else library_hint() if args.backend.startswith("GDS") else "")
+                   else library_hint() + cufile_said() if args.backend.startswith("GDS") else "")
             raise Failure(f"NIXL cannot create the {args.backend} backend with {params}: {exc}{why}") from None
         t = args.concurrency + 1  # the window's slots and one for the file armed next
         if not self.cuda:  # populated host memory: more than there is would end in the OOM killer
@@ -433,17 +486,47 @@ class Bench:
         return not differs.any()
 
     def open(self, op: str, index: int, name: str) -> int:
-        """File `name` of the run directory, relative to its descriptor and never through a link."""
+        """File `name` of the run directory, relative to its descriptor and never through a link,
+        with only the flags cuFile accepts (CUFILE_FD_FLAGS): cuFile refuses O_NOFOLLOW.
+
+        WRITE creates the file with O_CREAT | O_EXCL, which never follows a link (a name that
+        exists, a link included, fails with EEXIST), in the run directory this run made 0700, and
+        notes the file's identity. READ opens the name with O_PATH | O_NOFOLLOW (a link is opened
+        as the link itself), checks it is the very file this run wrote (device and inode), then
+        opens that descriptor's file through /proc/self/fd/N -- the kernel's reference to the
+        inode, no path walked again -- with the data flags; a link, or another file swapped in for
+        the name, is refused before any byte is read. The POSIX path opens its files the same way."""
         path = os.path.join(self.run_dir, name)
-        flags = (os.O_RDWR | os.O_CREAT | os.O_EXCL) if op == "WRITE" else os.O_RDONLY
-        if op == "WRITE":  # noted before the open: a signal in between must not orphan the file
-            self.created.append((self.run_fd, name, path, False))
+        direct = os.O_DIRECT if self.args.direct else 0
+        if op == "WRITE":
+            self.created.append((self.run_fd, name, path, False))  # before the open: a signal must not orphan it
+            try:
+                fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | direct, 0o600,
+                             dir_fd=self.run_fd)
+            except OSError as exc:
+                raise Failure(f"cannot open {path}: {exc.strerror}{self.direct_hint()}") from None
+            st = os.fstat(fd)
+            self.written[name] = (st.st_dev, st.st_ino)
+            return fd
         try:
-            return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECT if self.args.direct else 0),
-                           0o600, dir_fd=self.run_fd)
+            ref = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.run_fd)
         except OSError as exc:
-            hint = " (does the file system support O_DIRECT? --no-direct turns it off)" if self.args.direct else ""
-            raise Failure(f"cannot open {path}: {exc.strerror}{hint}") from None
+            raise Failure(f"cannot open {path}: {exc.strerror}") from None
+        try:
+            st = os.fstat(ref)
+            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != self.written.get(name):
+                what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not the file this run wrote"
+                raise Failure(f"cannot open {path}: it is {what} (something replaced it in the run directory); "
+                              "refusing to read through it")
+            return os.open(f"/proc/self/fd/{ref}", os.O_RDONLY | os.O_CLOEXEC | direct)
+        except OSError as exc:
+            raise Failure(f"cannot open {path} through /proc/self/fd (is /proc mounted?): "
+                          f"{exc.strerror}{self.direct_hint()}") from None
+        finally:
+            os.close(ref)
+
+    def direct_hint(self) -> str:
+        return " (does the file system support O_DIRECT? --no-direct turns it off)" if self.args.direct else ""
 
     def prepare(self, op: str, index: int, name: str) -> dict:
         """Open (WRITE: create) file `index` and register it with NIXL."""
@@ -451,13 +534,14 @@ class Bench:
         fd = self.open(op, index, name)
         backend = self.args.backend
         io = {"index": index, "fd": fd, "path": os.path.join(self.run_dir, name)}
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
         try:
             io["file"] = self.agent.register_memory([(0, self.size, fd, "")], "FILE")
         except self.nixl_errors as exc:
             os.close(fd)
             msg = f"{backend} could not register {io['path']} (NIXL: {exc})"
             if backend.startswith("GDS"):
-                msg += udev_hint(self.run_dir) or "; cuFile's log (cufile.log) says why"
+                msg += cufile_hint(flags, self.run_dir)
             raise Failure(msg) from None
         io["prepared"] = time.monotonic()
         io["open_ms"] = (io["prepared"] - t0) * 1e3
@@ -743,6 +827,12 @@ def main(argv=None) -> int:
               "run_dir": os.path.join(args.dir, f".kvprov-bench-{host}-{os.getpid()}-{int(time.time())}"),
               "cleaned": False}
     created: list[tuple[int, str, str, bool]] = []
+    own_log = None
+    if args.backend.startswith("GDS") and not os.environ.get(CUFILE_LOG_ENV):
+        # cuFile's log, kept until the run ends so that a refused file's reason can be quoted
+        fd, own_log = tempfile.mkstemp(prefix="kvprov-bench-cufile-", suffix=".log")
+        os.close(fd)
+        os.environ[CUFILE_LOG_ENV] = own_log
     try:
         run(args, result, created)
         result["ok"] = True
@@ -754,6 +844,9 @@ def main(argv=None) -> int:
         result["error"] = f"{type(exc).__name__}: {exc}".replace("\n", " ")
     finally:
         result["cleaned"] = cleanup(created)
+        if own_log:
+            os.unlink(own_log)
+            del os.environ[CUFILE_LOG_ENV]
     if result["error"]:
         print(f"bench: {result['error']}", file=sys.stderr)
     sys.stdout.flush()
