@@ -43,11 +43,11 @@ a bad inventory; 4: matplotlib missing for the chart (the JSON is written); 130:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ipaddress
 import math
 import random
 import sys
-import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -58,8 +58,10 @@ from urllib.parse import urlsplit
 from kvprov import inventory
 from kvprov.check import TIERLESS_ENGINES
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_USAGE, KvprovError
-from kvprov.loadtest_client import Client, Endpoint, EndpointError, _progress, choose_api, read_counters, wait_ready
-from kvprov.loadtest_metrics import cache_summary, counter_delta, cross_host_rows, measure_point, replay_rows
+from kvprov.loadtest_client import (AsyncClient, Client, Endpoint, EndpointError, _progress, choose_api, read_counters,
+                                    wait_ready)
+from kvprov.loadtest_metrics import (cache_summary, counter_delta, cross_host_rows, delivery, engine_view,
+                                     measure_point, replay_rows)
 # kvprov/validate/checks/engine_sglang.py imports cache_counters from here: that file is a mutation target
 # hashed whole (benchmarks/mutation.py), so its import was left as it was
 from kvprov.loadtest_metrics import cache_counters  # noqa: F401  (engine_sglang.py's import)
@@ -291,57 +293,69 @@ def _request_body(ep: Endpoint, s: Settings, history: list[dict]) -> tuple[str, 
 
 def run_conversations(ep: Endpoint, conversations: list[Conversation], s: Settings, stop: Stop,
                       on_point=None, phase: str = "sweep") -> list[dict]:
-    """Run the conversations against one endpoint turn by turn (all users of a turn side by side, one
-    thread each) and return one point per turn. A later phase (e.g. a replay after a restart) passes the
-    same conversations again. Stops early at `stop` (a turn cut short is dropped); Ctrl-C raises
-    KeyboardInterrupt, after `on_point` has seen every completed point."""
-    client = Client(ep, s.request_timeout)
+    """Run the conversations against one endpoint turn by turn (the users of a turn as one wave,
+    sent together from one event loop) and return one point per turn. A later phase (e.g. a
+    replay after a restart) passes the same conversations again. Stops early at `stop` (a turn
+    cut short is dropped); Ctrl-C raises KeyboardInterrupt, after `on_point` has seen every
+    completed point."""
+    return asyncio.run(_conversations(ep, conversations, s, stop, on_point, phase))
+
+
+async def _conversations(ep: Endpoint, conversations: list[Conversation], s: Settings, stop: Stop, on_point,
+                         phase: str) -> list[dict]:
+    counters = Client(ep, s.request_timeout)  # /metrics between the waves, when nothing is in flight
     histories: list[list[dict]] = [[] for _ in conversations]
     points: list[dict] = []
     turns = max(len(c.messages) for c in conversations)
-    for turn in range(1, turns + 1):
-        if stop.check():
-            break
-        before, metric_errors = read_counters(client, ep.metrics_urls)
-        samples: list[dict | None] = [None] * len(conversations)
-        path_bodies = []
-        for i, conv in enumerate(conversations):
-            histories[i].append({"role": "user", "content": conv.messages[turn - 1]})
-            path_bodies.append(_request_body(ep, s, histories[i]))
-
-        def work(i: int) -> None:
-            path, body = path_bodies[i]
-            samples[i] = client.stream(path, body)
-
-        threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(conversations))]
-        start = time.monotonic()
-        for t in threads:
-            t.start()
-        for t in threads:  # join in slices: Ctrl-C reaches the main thread; --duration bounds the wait
-            while t.is_alive() and not stop.check():
-                t.join(0.1)
-        seconds = time.monotonic() - start
-        if any(x is None for x in samples):  # cut short by --duration: not a point (nor an engine error)
-            break
-        for i, x in enumerate(samples):
-            histories[i].append({"role": "assistant", "content": x.get("text") or ""})
-        after, errs = read_counters(client, ep.metrics_urls)
-        metric_errors += [e for e in errs if e not in metric_errors]
-        conv0 = conversations[0]
-        point = {"phase": phase, "instance": ep.name, "engine": ep.engine, "url": ep.url, "api": ep.api,
-                 "prompt_tokens": conv0.prompt_tokens, "turn": turn, "users": len(conversations),
-                 "new_tokens": sorted({c.message_tokens[turn - 1] for c in conversations}),
-                 "history_tokens_mean": round(sum(sum(c.message_tokens[:turn]) for c in conversations)
-                                              / len(conversations) + (turn - 1) * s.output_tokens, 1),
-                 **measure_point(samples, seconds),
-                 "cache": cache_summary(counter_delta(before, after)) if (before or after) else None,
-                 "metrics_errors": metric_errors}
-        points.append(point)
-        if on_point:
-            on_point(point)
-        if point["ok"] == 0 and point["requests"]:
-            break  # every request failed: do not hammer a broken endpoint with the later turns
+    async with AsyncClient(ep, s.request_timeout) as client:
+        for turn in range(1, turns + 1):
+            if stop.check():
+                break
+            before, metric_errors = read_counters(counters, ep.metrics_urls)
+            path_bodies = []
+            for i, conv in enumerate(conversations):
+                histories[i].append({"role": "user", "content": conv.messages[turn - 1]})
+                path_bodies.append(_request_body(ep, s, histories[i]))
+            start = time.monotonic()
+            wave = [asyncio.ensure_future(client.stream(path, body)) for path, body in path_bodies]
+            _, pending = await asyncio.wait(wave, timeout=max(0.0, stop.deadline - start))
+            seconds = time.monotonic() - start
+            if pending:  # cut short by --duration: not a point (nor an engine error)
+                for task in pending:
+                    task.cancel()
+                await asyncio.wait(pending)
+                stop.check()
+                break
+            samples = [{**task.result(), "due": start} for task in wave]
+            for i, x in enumerate(samples):
+                histories[i].append({"role": "assistant", "content": x.get("text") or ""})
+            after, errs = read_counters(counters, ep.metrics_urls)
+            metric_errors += [e for e in errs if e not in metric_errors]
+            conv0 = conversations[0]
+            delta = counter_delta(before, after)
+            measured = measure_point(samples, seconds)
+            point = {"phase": phase, "instance": ep.name, "engine": ep.engine, "url": ep.url, "api": ep.api,
+                     "prompt_tokens": conv0.prompt_tokens, "turn": turn, "users": len(conversations),
+                     "new_tokens": sorted({c.message_tokens[turn - 1] for c in conversations}),
+                     "history_tokens_mean": round(sum(sum(c.message_tokens[:turn]) for c in conversations)
+                                                  / len(conversations) + (turn - 1) * s.output_tokens, 1),
+                     **measured,
+                     "delivery": delivery(samples, len(conversations), start, measured["ttft_ms"]["p50"]),
+                     "engine_view": engine_view(delta),
+                     "cache": cache_summary(delta) if (before or after) else None,
+                     "metrics_errors": metric_errors}
+            points.append(point)
+            if on_point:
+                on_point(point)
+            if point["ok"] == 0 and point["requests"]:
+                break  # every request failed: do not hammer a broken endpoint with the later turns
     return points
+
+
+def _short(point: dict) -> str:
+    """The console's warning for a point whose delivered load fell short of the asked one."""
+    why = point["delivery"]["short"]
+    return f"; WARNING: less load than asked: {why}" if why else ""
 
 
 def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, TokenCounter],
@@ -374,14 +388,15 @@ def run(endpoints: list[Endpoint], s: Settings, progress, counters: dict[str, To
                      f"{p['requests_per_s'] or 0:.2f} req/s, {p['output_tokens_per_s'] or 0:.1f} output tok/s, "
                      f"TTFT p50 " + (f"{ttft:.0f} ms" if ttft is not None else "-")
                      + " p99 " + (f"{p99:.0f} ms" if p99 is not None else "- (needs 100 requests)")
-                     + (f"; first error: {p['first_error']}" if p["first_error"] else ""))
+                     + (f"; first error: {p['first_error']}" if p["first_error"] else "") + _short(p))
             return
         progress(f"[{done[0]}/{total}] {p['instance']} {p['phase']} {p['prompt_tokens']} tokens, turn {p['turn']}/{s.turns}: "
                  f"{p['ok']}/{p['requests']} ok, {p['requests_per_s'] or 0:.2f} req/s, "
                  f"{p['output_tokens_per_s'] or 0:.1f} output tok/s, TTFT p50 "
                  + (f"{ttft:.0f} ms" if ttft is not None else "-")
+                 + (f", sent within {p['delivery']['spread_ms']:.0f} ms" if p["delivery"]["spread_ms"] is not None else "")
                  + f" ({done[0] / max(1e-9, time.monotonic() - t0) * 60:.1f} points/min)"
-                 + (f"; first error: {p['first_error']}" if p["first_error"] else ""))
+                 + (f"; first error: {p['first_error']}" if p["first_error"] else "") + _short(p))
 
     try:
         if s.shapes:

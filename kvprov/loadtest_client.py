@@ -10,6 +10,7 @@ lines use it too).
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import re
@@ -144,79 +145,186 @@ class Client:
             raise EndpointError(f"not an OpenAI-compatible server: {method} {path} did not answer a JSON object")
         return value
 
-    def stream(self, path: str, body: dict, deadline: float | None = None) -> dict:
+    def stream(self, path: str, body: dict) -> dict:
         """One streamed request: {ok, ttft, e2e (s), output_tokens, prompt_tokens (server's), text, error}."""
-        out = {"ok": False, "ttft": None, "e2e": None, "output_tokens": 0, "prompt_tokens": None, "text": "",
-               "error": None}
-        start = time.monotonic()
+        answer = Answer(self.ep, path, time.monotonic())
         conn, keep = None, False
-        pieces, chunks, usage = [], 0, None
         try:
-            conn, resp, start = self._post(path, body)
-            if resp.status != 200:
-                out["error"] = f"POST {path}: HTTP {resp.status}{_auth_hint(resp.status, self.ep)}: " \
-                               f"{_snippet(resp.read(4096), self.ep.api_key)}"
-                return out
-            if "text/event-stream" not in (resp.getheader("Content-Type") or ""):
-                out["error"] = (f"not an OpenAI-compatible stream: POST {path} answered "
-                                f"{printable(resp.getheader('Content-Type') or 'no Content-Type')}: "
-                                f"{_snippet(resp.read(4096), self.ep.api_key)}")
-                return out
-            done = False
-            while True:
+            conn, resp, answer.start = self._post(path, body)
+            kind = resp.getheader("Content-Type")
+            if not answer.streams(resp.status, kind):
+                answer.refuse(resp.status, kind, resp.read(4096))
+                return answer.out
+            while not answer.over:
                 line = resp.readline(1 << 20)
                 if not line:
                     break
-                line = line.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    done = True
-                    break
-                try:
-                    event = json.loads(data)
-                except ValueError:
-                    out["error"] = f"not an OpenAI-compatible stream: {_snippet(data, self.ep.api_key)}"
-                    return out
-                if isinstance(event, dict) and event.get("error"):
-                    err = event["error"]
-                    message = err.get("message", err) if isinstance(err, dict) else err
-                    out["error"] = f"error event: {_snippet(json.dumps(message).encode(), self.ep.api_key)}"
-                    return out
-                usage = event.get("usage") or usage
-                text = "".join(_choice_text(c) for c in event.get("choices") or [])
-                if text:
-                    if out["ttft"] is None:
-                        out["ttft"] = time.monotonic() - start
-                    pieces.append(text)
-                    chunks += 1
-            if not done:
-                out["error"] = f"POST {path}: the stream ended without [DONE]"
-                return out
-            out["e2e"] = time.monotonic() - start
-            resp.read()  # the rest of the body (the chunked encoding's end): the connection can serve the next
-            keep = not resp.will_close
+                answer.feed(line)
+            if answer.finish():
+                resp.read()  # the rest of the body (the chunked encoding's end): the connection can serve the next
+                keep = not resp.will_close
         except (OSError, http.client.HTTPException) as e:
-            out["error"] = f"POST {path}: {_oserror(e)}"
-            return out
+            answer.fail(e)
         finally:
-            if out["e2e"] is None:
-                out["e2e"] = time.monotonic() - start
+            answer.close()
             if keep:
                 self._kept.conn = conn
             elif conn is not None:
                 conn.close()
-        out["text"] = "".join(pieces)
-        if isinstance(usage, dict):
-            out["prompt_tokens"] = usage.get("prompt_tokens")
-            out["output_tokens"] = usage.get("completion_tokens") or chunks
+        return answer.out
+
+
+class AsyncClient:
+    """Streamed requests to one endpoint from one asyncio event loop: the load of a point (a
+    wave of users, a closed or open loop), so that every request leaves when the load shape
+    says, however busy the machine is (#40: a thread started per request waited for the CPU
+    that an engine on the same machine took, and a wave of 16 left one after another). aiohttp,
+    as `vllm bench serve` uses it; the rules are Client's: only the endpoint's own address, no
+    redirect followed, TLS verified with the endpoint's CA file, the key to its API only,
+    kept-alive connections (as many as requests in flight). stream() also notes when the
+    request's headers were written (`sent`, time.monotonic()) and when the answer's status
+    line arrived (`answered`). Use it as `async with AsyncClient(ep, timeout) as client:`."""
+
+    def __init__(self, ep: Endpoint, timeout: float):
+        self.ep, self.timeout = ep, timeout
+        self.headers = Client(ep, timeout)._headers(ep.url + "/v1/", True)
+        self.session = None
+
+    async def __aenter__(self) -> "AsyncClient":
+        import aiohttp
+
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(_note_sent)
+        tls = ssl.create_default_context(cafile=self.ep.ca_file) if urlsplit(self.ep.url).scheme == "https" else True
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ssl=tls), trace_configs=[trace], trust_env=False,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=self.timeout))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.session.close()
+
+    async def stream(self, path: str, body: dict) -> dict:
+        """Client.stream's answer, with `start` (the call), `sent` and `answered` (None where never
+        reached). A kept
+        connection the server closed meanwhile answers nothing: the request goes once more."""
+        import aiohttp
+
+        data = json.dumps(body).encode()
+        for attempt in (1, 2):
+            answer, when = Answer(self.ep, path, time.monotonic()), {}
+            try:
+                async with self.session.post(self.ep.url + path, data=data, headers=self.headers,
+                                             allow_redirects=False, trace_request_ctx=when) as resp:
+                    when["answered"] = time.monotonic()
+                    kind = resp.headers.get("Content-Type")
+                    if not answer.streams(resp.status, kind):
+                        answer.refuse(resp.status, kind, await resp.content.read(4096))
+                    else:
+                        while not answer.over:
+                            line = await resp.content.readline()
+                            if not line:
+                                break
+                            answer.feed(line)
+                        if answer.finish():
+                            await resp.read()  # the body's end: the connection can serve the next request
+            except aiohttp.ServerDisconnectedError as e:
+                if attempt == 1 and "answered" not in when:
+                    continue
+                answer.fail(e)
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError) as e:
+                answer.fail(e)
+            answer.close()
+            return {**answer.out, "start": answer.start, "sent": when.get("sent"), "answered": when.get("answered")}
+        raise AssertionError("unreachable")
+
+
+async def _note_sent(session, ctx, params) -> None:  # aiohttp's trace hook: the request's headers are written
+    ctx.trace_request_ctx.setdefault("sent", time.monotonic())
+
+
+class Answer:
+    """One streamed answer as it arrives, for either client: its server-sent event lines fed one
+    by one (feed), then finish(); `out` is {ok, ttft, e2e (s), output_tokens, prompt_tokens
+    (server's), text, error}. TTFT and e2e run from `start` (the request's call)."""
+
+    def __init__(self, ep: Endpoint, path: str, start: float):
+        self.ep, self.path, self.start = ep, path, start
+        self.out = {"ok": False, "ttft": None, "e2e": None, "output_tokens": 0, "prompt_tokens": None, "text": "",
+                    "error": None}
+        self.pieces: list[str] = []
+        self.chunks, self.usage, self.done, self.over = 0, None, False, False
+
+    def _error(self, text: str) -> None:
+        self.out["error"], self.over = text, True
+
+    @staticmethod
+    def streams(status: int, content_type: str | None) -> bool:
+        """Whether a response's head starts a stream (else refuse() says why)."""
+        return status == 200 and "text/event-stream" in (content_type or "")
+
+    def refuse(self, status: int, content_type: str | None, head: bytes) -> None:
+        """An error status or another content type; `head` is the start of the body."""
+        if status != 200:
+            self._error(f"POST {self.path}: HTTP {status}{_auth_hint(status, self.ep)}: "
+                        f"{_snippet(head, self.ep.api_key)}")
         else:
-            out["output_tokens"] = chunks
+            self._error(f"not an OpenAI-compatible stream: POST {self.path} answered "
+                        f"{printable(content_type or 'no Content-Type')}: {_snippet(head, self.ep.api_key)}")
+
+    def feed(self, line: bytes) -> None:
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            return
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            self.done = self.over = True
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            self._error(f"not an OpenAI-compatible stream: {_snippet(data, self.ep.api_key)}")
+            return
+        if isinstance(event, dict) and event.get("error"):
+            err = event["error"]
+            message = err.get("message", err) if isinstance(err, dict) else err
+            self._error(f"error event: {_snippet(json.dumps(message).encode(), self.ep.api_key)}")
+            return
+        self.usage = event.get("usage") or self.usage
+        text = "".join(_choice_text(c) for c in event.get("choices") or [])
+        if text:
+            if self.out["ttft"] is None:
+                self.out["ttft"] = time.monotonic() - self.start
+            self.pieces.append(text)
+            self.chunks += 1
+
+    def fail(self, e: Exception) -> None:
+        self.out["ok"] = False
+        self._error(f"POST {self.path}: {_oserror(e)}")
+
+    def finish(self) -> bool:
+        """At the end of the body: whether the answer is whole (then out is filled in)."""
+        if self.out["error"]:
+            return False
+        if not self.done:
+            self._error(f"POST {self.path}: the stream ended without [DONE]")
+            return False
+        out = self.out
+        out["e2e"] = time.monotonic() - self.start
+        out["text"] = "".join(self.pieces)
+        if isinstance(self.usage, dict):
+            out["prompt_tokens"] = self.usage.get("prompt_tokens")
+            out["output_tokens"] = self.usage.get("completion_tokens") or self.chunks
+        else:
+            out["output_tokens"] = self.chunks
         if out["ttft"] is None:
             out["ttft"] = out["e2e"]  # no text at all (an immediate stop): the first token is the last
         out["ok"] = True
-        return out
+        return True
+
+    def close(self) -> None:
+        if self.out["e2e"] is None:
+            self.out["e2e"] = time.monotonic() - self.start
 
 
 class EndpointError(Exception):

@@ -79,13 +79,18 @@ CACHE_COUNTERS = (
 EXTRA_COUNTERS = ("vllm:prompt_tokens_cached", "lmcache_mp_l2_store_completed_objects_chunks",
                   "lmcache_mp_l2_load_completed_requests", "sglang:storage_prefetch_hit_tokens",
                   "sglang:prefetched_tokens", "sglang:backuped_tokens", "sglang:storage_prefetch_unfulfilled_tokens")
+# The engine's own view of a point (engine_view): its histograms' sums and counts, in seconds.
+ENGINE_HISTOGRAMS = {"ttft": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
+                     "queue": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds")}
+HISTOGRAM_COUNTERS = tuple(f"{name}_{part}" for names in ENGINE_HISTOGRAMS.values() for name in names
+                           for part in ("sum", "count"))
 
 
 def cache_counters(text: str) -> dict[str, float]:
     """The cache counters of a /metrics page: {name or name{label=value}: value summed over other labels}."""
     parsed = parse_prometheus(text)
     out: dict[str, float] = {}
-    wanted = {c[0]: c[1] for c in CACHE_COUNTERS} | dict.fromkeys(EXTRA_COUNTERS)
+    wanted = {c[0]: c[1] for c in CACHE_COUNTERS} | dict.fromkeys(EXTRA_COUNTERS + HISTOGRAM_COUNTERS)
     for (name, labels), value in parsed.items():
         base = name[:-6] if name.endswith("_total") else name
         if base not in wanted or name.endswith(("_created", "_bucket")):
@@ -141,6 +146,68 @@ def measure_point(samples: list[dict], seconds: float) -> dict:
         "ttft_ms": rounded(percentiles([x["ttft"] * 1000 for x in ok])),
         "latency_ms": rounded(percentiles([x["e2e"] * 1000 for x in ok])),
     }
+
+
+def engine_view(delta: dict[str, float]) -> dict | None:
+    """What the engine itself saw over a point, from its histograms' growth: the mean TTFT and
+    queue time of the requests it finished (ms) and how many; None when it exports neither."""
+    view = {}
+    for what, names in ENGINE_HISTOGRAMS.items():
+        for name in names:
+            count = delta.get(f"{name}_count")
+            if count:
+                view[f"{what}_ms_mean"] = round(delta.get(f"{name}_sum", 0.0) / count * 1000, 3)
+                view.setdefault("requests", int(count))
+    return view or None
+
+
+# ---------------------------------------------------------------------------- delivered load
+
+# A point's load fell short of the one asked when its requests left late -- the 90th percentile
+# of (sent - when the load shape said to send) above LATE_MS or LATE_SHARE of the point's TTFT
+# p50, whichever is larger -- or, for a wave of N users or a closed loop of concurrency N, when
+# the engine never answered N of them at once (a request's answer ran from its status line to
+# its last byte): they ran partly one after another.
+LATE_MS = 10.0
+LATE_SHARE = 0.10
+
+
+def delivery(samples: list[dict], asked: int | None, t0: float, ttft_p50_ms: float | None) -> dict:
+    """The load a point delivered, from its samples' times (time.monotonic(): `due`, when the
+    shape said to send; `sent`, when the headers were written; `answered`, when the status line
+    came; `start` + `e2e`, when the answer ended), `asked` the users of a wave or the
+    concurrency of a closed loop (None for a request rate), `t0` the point's start.
+    {sent_ms: each request's send after t0 (ms, None: never sent), spread_ms: first to last send,
+    lag_ms: percentiles of sent - due, in_flight: {mean (Little's law over first send to last
+    end), answered_peak}, asked, short: why the delivered load fell short of the asked, or None}."""
+    sent = [x for x in samples if x.get("sent") is not None]
+    ends = [x["start"] + x["e2e"] for x in sent]
+    out = {"sent_ms": [None if x.get("sent") is None else round((x["sent"] - t0) * 1000, 3) for x in samples],
+           "spread_ms": round((max(x["sent"] for x in sent) - min(x["sent"] for x in sent)) * 1000, 3) if sent else None,
+           "lag_ms": rounded(percentiles([(x["sent"] - x["due"]) * 1000 for x in sent])),
+           "in_flight": {"mean": None, "answered_peak": None}, "asked": asked, "short": None}
+    if sent:
+        span = max(ends) - min(x["sent"] for x in sent)
+        if span > 0:
+            out["in_flight"]["mean"] = round(sum(e - x["sent"] for x, e in zip(sent, ends)) / span, 2)
+        events = sorted([(x["answered"], 1) for x in sent if x.get("answered") is not None]
+                        + [(e, -1) for x, e in zip(sent, ends) if x.get("answered") is not None])
+        level = peak = 0
+        for _, step in events:  # an end before an answer at the same instant: -1 sorts first
+            level += step
+            peak = max(peak, level)
+        out["in_flight"]["answered_peak"] = peak
+    margin = max(LATE_MS, LATE_SHARE * (ttft_p50_ms or 0.0))
+    reasons = []
+    if out["lag_ms"]["p90"] is not None and out["lag_ms"]["p90"] > margin:
+        reasons.append(f"requests left late: 90 % within {out['lag_ms']['p90']:.0f} ms of when the load shape said "
+                       f"(margin {margin:.0f} ms); the client could not keep up")
+    peak = out["in_flight"]["answered_peak"]
+    if asked and peak is not None and peak < min(asked, len(sent)):
+        reasons.append(f"the engine answered at most {peak} of {min(asked, len(sent))} requests at once: they ran "
+                       "partly one after another")
+    out["short"] = "; ".join(reasons) or None
+    return out
 
 
 # Cache sources that are the storage tier (docs/loadtest.md): what a replay after a restart hits.

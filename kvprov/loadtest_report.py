@@ -165,6 +165,7 @@ def load_chart(doc: dict) -> bytes:
     fig.suptitle(f"kvprov loadtest: {doc['label']} · {_models(doc)} · {s.get('turns')} turns, {s.get('output_tokens')} "
                  f"output tokens · {s.get('requests')} requests a point after {s.get('warmup')} warm-up, "
                  f"{s.get('repeats')} repeat(s)", fontsize=10)
+    _short_note(fig, doc["points"])
     fig.tight_layout()
     return _png(fig, plt)
 
@@ -237,8 +238,24 @@ def chart(runs: list[dict]) -> bytes:
     if first:
         _first_turn_bars(axes[-1], first)
     fig.suptitle("kvprov loadtest: " + "\nvs ".join(run_title(r) for r in runs), fontsize=10)
+    _short_note(fig, [p for run in runs for p in run["points"]])
     fig.tight_layout()
     return _png(fig, plt)
+
+
+def short_points(points: list[dict]) -> list[dict]:
+    """The points whose delivered load fell short of the asked one (their delivery says why)."""
+    return [p for p in points if (p.get("delivery") or {}).get("short")]
+
+
+def _short_note(fig, points: list[dict]) -> None:
+    """A red line under the chart when points delivered less load than asked."""
+    short = short_points(points)
+    if short:
+        p = short[0]
+        fig.text(0.01, 0.005, f"WARNING: {len(short)} of {len(points)} points delivered less load than asked "
+                 f"(first: {p['instance']}, {p['prompt_tokens']} tokens, {_phase(p) if p.get('phase') == 'load' else 'turn ' + str(p['turn'])}: "
+                 f"{p['delivery']['short']})", color="#b00020", fontsize=8, ha="left", va="bottom", wrap=True)
 
 
 # What a first turn's TTFT was measured after (the chart's fourth panel).
@@ -378,10 +395,11 @@ def _endpoints_table(doc: dict) -> str:
 def _points_table(doc: dict) -> str:
     head = ("<tr><th class=l>instance</th><th>prompt tokens</th><th>turn</th><th>ok / req</th><th>req/s</th>"
             "<th>output tok/s</th><th>prompt tok (server)</th><th>TTFT p50</th><th>p90</th><th>p99</th><th>latency p50</th><th>p90</th>"
-            "<th>p99</th><th class=l>cache hits (tokens, by source)</th><th class=l>first error</th></tr>")
+            "<th>p99</th><th>sent within</th><th>answered at once</th><th class=l>cache hits (tokens, by source)</th>"
+            "<th class=l>first error</th></tr>")
     rows = []
     for p in doc["points"]:
-        t, lat = p.get("ttft_ms") or {}, p.get("latency_ms") or {}
+        t, lat, dl = p.get("ttft_ms") or {}, p.get("latency_ms") or {}, p.get("delivery") or {}
         rows.append(
             f"<tr{' class=err' if p.get('errors') else ''}><td class=l>{_e(p['instance'])}"
             f"{'' if p.get('phase', 'sweep') == 'sweep' else ' (' + _e(_phase(p)) + ')'}</td>"
@@ -389,6 +407,8 @@ def _points_table(doc: dict) -> str:
             f"<td>{_n(p.get('requests_per_s'), 2)}</td><td>{_n(p.get('output_tokens_per_s'), 1)}</td>"
             f"<td>{_n(p.get('server_prompt_tokens_mean'))}</td>"
             + "".join(f"<td>{_n(d.get(k))}</td>" for d in (t, lat) for k in ("p50", "p90", "p99"))
+            + f"<td>{_n(dl.get('spread_ms'))}</td><td{' class=bad' if dl.get('short') else ''}>"
+            f"{_n((dl.get('in_flight') or {}).get('answered_peak'))}</td>"
             + f"<td class=l>{_e(_hits(p.get('cache')))}</td><td class=l>{_e(p.get('first_error') or '')}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>" if rows else "<p class=bad>No point was measured.</p>"
 
@@ -471,6 +491,17 @@ def _status_line(doc: dict) -> str:
     return (f"{doc.get('done_points')} of {doc.get('planned_points')} points · {stopped} · exit {doc.get('exit_code')}")
 
 
+def _short_html(doc: dict) -> str:
+    short = short_points(doc["points"])
+    if not short:
+        return ""
+    items = "".join(f"<li>{_e(p['instance'])}, {p['prompt_tokens']} tokens, "
+                    f"{_e(_phase(p) if p.get('phase') == 'load' else 'turn ' + str(p['turn']))}: "
+                    f"{_e(p['delivery']['short'])}</li>" for p in short)
+    return (f"<p class=bad>WARNING: {len(short)} of {len(doc['points'])} points delivered less load than asked; their "
+            f"figures are not those of the load asked for:</p><ul>{items}</ul>")
+
+
 def _img(png: bytes) -> str:
     return f'<img alt="throughput, TTFT and cache hits" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
 
@@ -480,7 +511,7 @@ def run_html(doc: dict, png: bytes) -> str:
             f"<style>{STYLE}</style></head><body><h1>kvprov loadtest: {_e(doc['label'])}</h1>"
             f"<p class=meta>{_e(doc.get('started'))} → {_e(doc.get('finished'))} ({_n(doc.get('seconds'), 1)} s) · "
             f"{_e(_status_line(doc))}<br>{_e(_settings_line(doc))}</p>"
-            f"{_img(png)}<h2>Endpoints</h2>{_endpoints_table(doc)}{_load_table(doc)}"
+            f"{_short_html(doc)}{_img(png)}<h2>Endpoints</h2>{_endpoints_table(doc)}{_load_table(doc)}"
             f"{_replay_table(doc)}{_cross_host_table(doc)}"
             f"<h2>Points (instance × prompt length × turn; times in ms)</h2>{_points_table(doc)}"
             "<p class=meta>TTFT: time to the first streamed token; latency: to the end of the answer. Cache hits: "

@@ -19,15 +19,15 @@ counts its turns)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import statistics
-import threading
 import time
 from dataclasses import dataclass
 
 from kvprov.loadtest import Settings, Stop, _request_body
-from kvprov.loadtest_client import Client, Endpoint, read_counters
-from kvprov.loadtest_metrics import cache_summary, counter_delta, measure_point
+from kvprov.loadtest_client import AsyncClient, Client, Endpoint, read_counters
+from kvprov.loadtest_metrics import cache_summary, counter_delta, delivery, engine_view, measure_point
 from kvprov.loadtest_workload import TokenCounter, make_conversations
 
 # The fewest samples a nearest-rank percentile needs to be more than the sample's maximum.
@@ -54,7 +54,7 @@ def supported(pcts: dict, n: int) -> dict:
 
 
 class Supply:
-    """Conversations without end, the same ones for the same seed (thread-safe). prepare(n) makes
+    """Conversations without end, the same ones for the same seed. prepare(n) makes
     the first n before a point starts: generating a prompt to a token count costs the client CPU
     (about 4 ms for 512 tokens here), which inside the point would slow the client, and on a
     shared machine the engine, as no reference client does (they make their prompts first)."""
@@ -63,7 +63,6 @@ class Supply:
         self.counter, self.prompt_tokens, self.s, self.seed = counter, prompt_tokens, s, seed
         self.n = 0
         self.ready: list = []
-        self.lock = threading.Lock()
 
     def _make(self, i: int):
         [conv] = make_conversations(self.counter, self.prompt_tokens, 1, self.s.turns, self.s.turn_tokens,
@@ -74,31 +73,28 @@ class Supply:
         self.ready = [self._make(i) for i in range(1, n + 1)]
 
     def next(self):
-        with self.lock:
-            self.n += 1
-            i = self.n
+        self.n += 1
+        i = self.n
         return self.ready[i - 1] if i <= len(self.ready) else self._make(i)
 
 
 class _Run:
     """One point's requests: hands out request numbers until warmup + requests are issued."""
 
-    def __init__(self, ep: Endpoint, s: Settings, total: int, stop: Stop):
-        self.ep, self.s, self.total, self.stop = ep, s, total, stop
-        self.client = Client(ep, s.request_timeout)
-        self.lock = threading.Lock()
+    def __init__(self, ep: Endpoint, s: Settings, total: int, stop: Stop, client: AsyncClient):
+        self.ep, self.s, self.total, self.stop, self.client = ep, s, total, stop, client
         self.issued = 0
-        self.samples: list[tuple[int, int, float, float, dict]] = []  # (number, turn, start, end, sample)
+        self.samples: list[tuple[int, int, dict]] = []  # (number, turn, sample)
 
     def take(self) -> int | None:
-        with self.lock:
-            if self.issued >= self.total or self.stop.check():
-                return None
-            self.issued += 1
-            return self.issued - 1
+        if self.issued >= self.total or self.stop.check():
+            return None
+        self.issued += 1
+        return self.issued - 1
 
-    def conversation(self, conv) -> bool:
-        """Its turns, each sent when the last answer came; False when no request was left to send."""
+    async def conversation(self, conv, due: float) -> bool:
+        """Its turns, each sent when the last answer came (the first at `due`); False when no
+        request was left to send."""
         history: list[dict] = []
         for turn, message in enumerate(conv.messages, 1):
             number = self.take()
@@ -106,66 +102,68 @@ class _Run:
                 return False
             history.append({"role": "user", "content": message})
             path, body = _request_body(self.ep, self.s, history)
-            start = time.monotonic()
-            sample = self.client.stream(path, body)
-            with self.lock:
-                self.samples.append((number, turn, start, time.monotonic(), sample))
+            sample = {**await self.client.stream(path, body), "due": due}
+            self.samples.append((number, turn, sample))
             if not sample["ok"]:
                 return True  # this conversation ends; the load goes on with the next
+            due = sample["start"] + sample["e2e"]
             history.append({"role": "assistant", "content": sample.get("text") or ""})
         return True
 
 
-def _join(threads: list[threading.Thread]) -> None:
-    for t in threads:  # in slices: Ctrl-C reaches the main thread
-        while t.is_alive():
-            t.join(0.1)
-
-
 def run_point(ep: Endpoint, s: Settings, shape: Shape, supply: Supply, requests: int, warmup: int, stop: Stop,
               seed: str) -> dict | None:
-    """One point: warmup + requests requests under `shape`; None when cut short by --duration."""
-    run = _Run(ep, s, warmup + requests, stop)
-    conversations = -(-run.total // s.turns)  # each brings `turns` requests, the last ones cut short
-    supply.prepare(conversations + int(shape.value) if shape.kind == "concurrency" else run.total)
-    before, metric_errors = read_counters(run.client, ep.metrics_urls)
-    threads: list[threading.Thread] = []
+    """One point: warmup + requests requests under `shape`, from one event loop; None when cut
+    short by --duration."""
+    return asyncio.run(_point(ep, s, shape, supply, requests, warmup, stop, seed))
 
-    def spawn(target) -> None:
-        t = threading.Thread(target=target, daemon=True)
-        t.start()
-        threads.append(t)
 
-    if shape.kind == "concurrency":
-        def worker() -> None:
-            while run.conversation(supply.next()):
-                pass
-        for _ in range(int(shape.value)):
-            spawn(worker)
-    else:
-        gaps = random.Random(f"{seed}/arrivals")
-        while run.issued < run.total and not stop.check():
-            spawn(lambda conv=supply.next(): run.conversation(conv))
-            time.sleep(gaps.expovariate(shape.value / s.turns))  # each conversation brings `turns` requests
-    _join(threads)
+async def _point(ep: Endpoint, s: Settings, shape: Shape, supply: Supply, requests: int, warmup: int, stop: Stop,
+                 seed: str) -> dict | None:
+    counters = Client(ep, s.request_timeout)
+    conversations = -(-(warmup + requests) // s.turns)  # each brings `turns` requests, the last ones cut short
+    supply.prepare(conversations + int(shape.value) if shape.kind == "concurrency" else warmup + requests)
+    before, metric_errors = read_counters(counters, ep.metrics_urls)
+    async with AsyncClient(ep, s.request_timeout) as client:
+        run = _Run(ep, s, warmup + requests, stop, client)
+        t0 = time.monotonic()
+        if shape.kind == "concurrency":
+            async def slot() -> None:
+                due = t0
+                while await run.conversation(supply.next(), due):
+                    due = time.monotonic()
+            tasks = [asyncio.ensure_future(slot()) for _ in range(int(shape.value))]
+        else:
+            gaps = random.Random(f"{seed}/arrivals")
+            tasks, due = [], t0
+            while run.issued < run.total and not stop.check():
+                tasks.append(asyncio.ensure_future(run.conversation(supply.next(), due)))
+                due += gaps.expovariate(shape.value / s.turns)  # each conversation brings `turns` requests
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+        await asyncio.gather(*tasks)
     if stop.reason:
         return None
-    measured = sorted(x for x in run.samples if x[0] >= warmup)
+    measured = [x[2] for x in sorted(run.samples, key=lambda x: x[0]) if x[0] >= warmup]
     if not measured:
         return None
-    seconds = max(x[3] for x in measured) - min(x[2] for x in measured)
-    point = measure_point([x[4] for x in measured], seconds)
+    seconds = max(x["start"] + x["e2e"] for x in measured) - min(x["start"] for x in measured)
+    point = measure_point(measured, seconds)
     ok = point["ok"]
     point["ttft_ms"], point["latency_ms"] = supported(point["ttft_ms"], ok), supported(point["latency_ms"], ok)
-    after, errs = read_counters(run.client, ep.metrics_urls)
-    turns = {}
-    for x in measured:
-        turns[x[1]] = turns.get(x[1], 0) + 1
+    after, errs = read_counters(counters, ep.metrics_urls)
+    delta = counter_delta(before, after)
+    turns: dict[int, int] = {}
+    for number, turn, _ in run.samples:
+        if number >= warmup:
+            turns[turn] = turns.get(turn, 0) + 1
+    asked = int(shape.value) if shape.kind == "concurrency" else None
     return {"phase": "load", "instance": ep.name, "engine": ep.engine, "url": ep.url, "api": ep.api,
-            "prompt_tokens": supply.prompt_tokens, "shape": shape.kind, "load": shape.value, "warmup": warmup, "samples": ok, "turn": None,
-            "turns_measured": {str(k): v for k, v in sorted(turns.items())},
+            "prompt_tokens": supply.prompt_tokens, "shape": shape.kind, "load": shape.value, "warmup": warmup,
+            "samples": ok, "turn": None, "turns_measured": {str(k): v for k, v in sorted(turns.items())},
             **point,
-            "cache": cache_summary(counter_delta(before, after)) if (before or after) else None,
+            "delivery": delivery(measured, asked, t0, point["ttft_ms"]["p50"]),
+            "engine_view": engine_view(delta),
+            "cache": cache_summary(delta) if (before or after) else None,
             "metrics_errors": metric_errors + [e for e in errs if e not in metric_errors]}
 
 
@@ -178,7 +176,8 @@ def load_rows(points: list[dict]) -> list[dict]:
     rows = []
     for (instance, tokens, shape, load), ps in groups.items():
         row = {"instance": instance, "prompt_tokens": tokens, "shape": shape, "load": load, "repeats": len(ps),
-               "samples": sum(p["samples"] for p in ps)}
+               "samples": sum(p["samples"] for p in ps),
+               "short": sum(1 for p in ps if (p.get("delivery") or {}).get("short"))}
         for name, get in (("requests_per_s", lambda p: p.get("requests_per_s")),
                           ("output_tokens_per_s", lambda p: p.get("output_tokens_per_s")),
                           ("ttft_ms_p50", lambda p: (p.get("ttft_ms") or {}).get("p50")),

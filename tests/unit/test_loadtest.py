@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -76,7 +76,7 @@ class StandIn:
     """An OpenAI-compatible streaming protocol stand-in on 127.0.0.1 (see the module doc)."""
 
     def __init__(self, chat=True, max_model_len=4096, fail=False, token_delay=0.0, key=None, lmcache=True,
-                 vllm=True):
+                 vllm=True, serial=False):
         self.chat, self.max_model_len, self.fail, self.delay, self.key, self.lmcache, self.vllm = \
             chat, max_model_len, fail, token_delay, key, lmcache, vllm
         self.seen: list[tuple[str, str, str | None]] = []  # (method, path, Authorization)
@@ -159,7 +159,8 @@ class StandIn:
                 self.wfile.flush()
                 self.close_connection = True
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # serial: one connection served at a time (HTTPServer), as a server that holds requests back
+        self.server = (HTTPServer if serial else ThreadingHTTPServer)(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

@@ -5,7 +5,6 @@ support. Against the OpenAI-compatible stand-in of test_loadtest (a real HTTP se
 127.0.0.1; FAKE engine: no model runs here, the lab's test_5 runs a real vLLM)."""
 
 import json
-import threading
 
 import pytest
 
@@ -34,20 +33,18 @@ def endpoint(server) -> ltc.Endpoint:
 
 
 def in_flight(monkeypatch) -> list[int]:
-    """The most requests the client had in flight at once, observed around Client.stream."""
-    lock, now, most = threading.Lock(), [0], [0]
-    stream = ltc.Client.stream
+    """The most requests the client had in flight at once, observed around AsyncClient.stream."""
+    now, most = [0], [0]
+    stream = ltc.AsyncClient.stream
 
-    def counted(self, path, body, *a):
-        with lock:
-            now[0] += 1
-            most[0] = max(most[0], now[0])
+    async def counted(self, path, body):
+        now[0] += 1
+        most[0] = max(most[0], now[0])
         try:
-            return stream(self, path, body, *a)
+            return await stream(self, path, body)
         finally:
-            with lock:
-                now[0] -= 1
-    monkeypatch.setattr(ltc.Client, "stream", counted)
+            now[0] -= 1
+    monkeypatch.setattr(ltc.AsyncClient, "stream", counted)
     return most
 
 
