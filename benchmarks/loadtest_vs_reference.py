@@ -108,10 +108,11 @@ def histogram_p50(before: dict, after: dict) -> tuple[float | None, int]:
 
 
 def run_kvprov(url: str, args, c: int, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "kvprov", "loadtest", "--url", url, "--concurrency", str(c), "--requests",
-           str(args.requests), "--warmup", str(args.warmup), "--turns", "1", "--prompt-tokens", str(args.prompt_tokens),
-           "--output-tokens", str(args.output_tokens), "--tokenizer", args.tokenizer, "--api", "chat",
-           "--seed", f"kvprov-{RUN}-{c}-{out.name}", "--out", str(out)]
+    load = ["--users", str(c)] if args.wave else ["--concurrency", str(c), "--requests", str(args.requests),
+                                                  "--warmup", str(args.warmup)]
+    cmd = [sys.executable, "-m", "kvprov", "loadtest", "--url", url, *load, "--turns", "1", "--prompt-tokens",
+           str(args.prompt_tokens), "--output-tokens", str(args.output_tokens), "--tokenizer", args.tokenizer,
+           "--api", "chat", "--seed", f"kvprov-{RUN}-{c}-{out.name}", "--out", str(out)]
     cmd += ["--cacert", args.cacert] if args.cacert else []
     cmd += ["--api-key-file", args.api_key_file] if args.api_key_file else []
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
@@ -119,7 +120,8 @@ def run_kvprov(url: str, args, c: int, out: Path) -> dict:
         raise SystemExit(f"kvprov loadtest failed ({r.returncode}):\n{r.stderr[-3000:]}")
     [p] = json.loads((out / "loadtest.json").read_text())["points"]
     return {"ttft_p50": p["ttft_ms"]["p50"], "ttft_p99": p["ttft_ms"]["p99"], "req_s": p["requests_per_s"],
-            "out_tok_s": p["output_tokens_per_s"], "n": p["samples"]}
+            "out_tok_s": p["output_tokens_per_s"], "n": p["ok"], "spread_ms": p["delivery"]["spread_ms"],
+            "short": p["delivery"]["short"]}
 
 
 def run_reference(url: str, model: str, args, c: int, rnd: int, out: Path) -> dict:
@@ -133,8 +135,8 @@ def run_reference(url: str, model: str, args, c: int, rnd: int, out: Path) -> di
                    str(args.output_tokens)]
     cmd = [args.python, str(launcher), "bench", "serve", "--backend", "openai-chat", "--base-url", url,
            "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", args.tokenizer, *dataset,
-           "--ignore-eos", "--num-prompts", str(args.requests), "--num-warmups",
-           str(args.warmup), "--max-concurrency", str(c), "--request-rate", "inf", "--temperature", "0",
+           "--ignore-eos", "--num-prompts", str(c if args.wave else args.requests), "--num-warmups",
+           str(0 if args.wave else args.warmup), "--max-concurrency", str(c), "--request-rate", "inf", "--temperature", "0",
            "--percentile-metrics", "ttft,e2el", "--metric-percentiles", "50,99", "--disable-tqdm", "--save-result",
            "--result-dir", str(out), "--result-filename", "reference.json"]
     env = {**os.environ, **({"SSL_CERT_FILE": args.cacert} if args.cacert else {})}
@@ -158,6 +160,9 @@ def main() -> int:
     p.add_argument("--tokenizer", required=True, help="the model directory (both clients count tokens with it)")
     p.add_argument("--python", default="/var/lib/kvprov/engine-venv/bin/python", help="a Python with vLLM")
     p.add_argument("--concurrency", default="1,4,16")
+    p.add_argument("--wave", action="store_true",
+                   help="one wave of C requests a run instead of a closed loop: kvprov --users C --turns 1 against "
+                        "vllm bench serve with C prompts at --max-concurrency C (no warm-up)")
     p.add_argument("--requests", type=int, default=100)
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--rounds", type=int, default=3)
@@ -209,7 +214,14 @@ def main() -> int:
                           f"{_ms(fig['ttft_p99'])}, {fig['req_s']:.2f} req/s, {fig['out_tok_s']:.1f} output tok/s",
                           flush=True)
     summary = summarize(runs, concurrency)
-    print(f"\n{args.requests} requests a point after {args.warmup} warm-up, {args.prompt_tokens} prompt and "
+    spreads = [r["spread_ms"] for r in runs if r["side"] == "kvprov" and r.get("spread_ms") is not None]
+    if spreads:
+        print(f"\nkvprov's sends: first to last within {max(spreads):.1f} ms in every run (median "
+              f"{statistics.median(spreads):.1f} ms over {len(spreads)} runs); delivered less than asked in "
+              f"{sum(1 for r in runs if r.get('short'))} of them")
+    load = ("one wave of C requests a run" if args.wave
+            else f"{args.requests} requests a point after {args.warmup} warm-up")
+    print(f"\n{load}, {args.prompt_tokens} prompt and "
           f"{args.output_tokens} output tokens, medians of {args.rounds} interleaved round(s); engine: "
           f"{ep.model} at {ep.url}")
     print(table(summary))

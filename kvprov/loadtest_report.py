@@ -165,6 +165,7 @@ def load_chart(doc: dict) -> bytes:
     fig.suptitle(f"kvprov loadtest: {doc['label']} · {_models(doc)} · {s.get('turns')} turns, {s.get('output_tokens')} "
                  f"output tokens · {s.get('requests')} requests a point after {s.get('warmup')} warm-up, "
                  f"{s.get('repeats')} repeat(s)", fontsize=10)
+    _ring([(r["load"], r["ttft_ms_p50"]["median"]) for r in rows if r.get("short") and r["ttft_ms_p50"]], ttft)
     _short_note(fig, doc["points"])
     fig.tight_layout()
     return _png(fig, plt)
@@ -237,8 +238,11 @@ def chart(runs: list[dict]) -> bytes:
         _hit_bars(axes[3], found, "LMCache lookups that hit (tokens found, per tier)", "no LMCache lookup hit")
     if first:
         _first_turn_bars(axes[-1], first)
+    points = [p for run in runs for p in run["points"]]
+    _ring([(p["prompt_tokens"], p["ttft_ms"]["p50"]) for p in short_points(points) if p.get("phase", "sweep") == "sweep"],
+          ttft)
     fig.suptitle("kvprov loadtest: " + "\nvs ".join(run_title(r) for r in runs), fontsize=10)
-    _short_note(fig, [p for run in runs for p in run["points"]])
+    _short_note(fig, points)
     fig.tight_layout()
     return _png(fig, plt)
 
@@ -246,6 +250,15 @@ def chart(runs: list[dict]) -> bytes:
 def short_points(points: list[dict]) -> list[dict]:
     """The points whose delivered load fell short of the asked one (their delivery says why)."""
     return [p for p in points if (p.get("delivery") or {}).get("short")]
+
+
+def _ring(xys: list[tuple], ax) -> None:
+    """A red ring around each (x, TTFT) whose point delivered less load than asked."""
+    xys = [(x, y) for x, y in xys if y is not None]
+    if xys:
+        ax.plot([x for x, _ in xys], [y for _, y in xys], "o", ms=13, mfc="none", mec="#b00020", mew=1.5,
+                label="delivered less load than asked")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
 
 
 def _short_note(fig, points: list[dict]) -> None:
