@@ -125,7 +125,8 @@ def cache_summary(delta: dict[str, float]) -> dict:
             elif key == metric:
                 target = hits if kind == "hit" else queries
                 target[source] = target.get(source, 0.0) + value
-    return {"hit_tokens": hits, "queried_tokens": queries, "counters": dict(sorted(delta.items()))}
+    counters = {k: v for k, v in sorted(delta.items()) if k not in HISTOGRAM_COUNTERS}  # those: engine_view
+    return {"hit_tokens": hits, "queried_tokens": queries, "counters": counters}
 
 
 # ---------------------------------------------------------------------------- points and rows

@@ -20,10 +20,10 @@ from kvprov import loadtest_workload as ltw
 from tests.conftest import kvprov
 from tests.unit.test_loadtest import standins  # noqa: F401 - the fixture
 
-# Slow tokens: the margin (10 % of a TTFT of at least 0.4 s) is far above what scheduling noise
+# Slow tokens: the margin (10 % of a TTFT of at least 1 s) is far above what scheduling noise
 # can add, so the healthy case passes by construction and the held-back one fails by it.
-SETTINGS = lt.Settings(prompt_tokens=[30], turns=1, users=6, output_tokens=2, turn_tokens=10, request_timeout=30)
-TOKEN_DELAY = 0.4
+SETTINGS = lt.Settings(prompt_tokens=[30], turns=1, users=4, output_tokens=1, turn_tokens=10, request_timeout=30)
+TOKEN_DELAY = 1.0
 
 
 def sample(due, sent, answered, start, e2e, ok=True) -> dict:
@@ -112,7 +112,7 @@ def test_the_warning_reaches_the_console_the_json_and_the_html(standins, tmp_pat
     server = standins(token_delay=TOKEN_DELAY, serial=True)
     out = tmp_path / "run"
     r = kvprov("loadtest", "--url", server.url, "--users", "3", "--turns", "1", "--prompt-tokens", "30",
-               "--output-tokens", "2", "--out", str(out), timeout=120)
+               "--output-tokens", "1", "--out", str(out), timeout=120)
     assert r.returncode == 0, r.stderr
     assert "WARNING: less load than asked: the engine answered at most 1 of 3 requests at once" in r.stderr
     doc = json.loads((out / "loadtest.json").read_text())
