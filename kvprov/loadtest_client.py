@@ -1,7 +1,8 @@
 """kvprov loadtest's talking to a server: the Endpoint (one OpenAI-compatible server and
-where its cache counters are), the HTTP Client that sends requests to it alone (streamed
-inference over kept-alive connections, JSON calls, the API key to its API only), what it
-says when a server is down or refuses (EndpointError, answers cut and the key redacted), and
+where its cache counters are), the HTTP clients that send requests to it alone -- Client for
+the JSON calls around the load, AsyncClient for the load itself (streamed inference from one
+event loop over kept-alive connections), both sending the API key to its API only --, an
+Answer as it streams in, what it says when a server is down or refuses (EndpointError, answers cut and the key redacted), and
 the calls before any load: probe (/v1/models), wait_ready (an engine still starting),
 choose_api (chat or completions) and read_counters (its /metrics); and _progress, the
 progress line on stderr (here because wait_ready says its waiting with it; kvprov.loadtest's
@@ -16,7 +17,6 @@ import json
 import re
 import ssl
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -61,15 +61,12 @@ class Endpoint:
 # ---------------------------------------------------------------------------- HTTP client
 
 class Client:
-    """Requests to one endpoint only (its scheme, host and port; no redirects followed)."""
+    """Calls to one endpoint only (its scheme, host and port; no redirects followed): /v1/models,
+    the chat probe, /metrics."""
 
     def __init__(self, ep: Endpoint, timeout: float):
         self.ep, self.timeout = ep, timeout
         self._tls: ssl.SSLContext | None = None  # made once: loading a trust store costs milliseconds of CPU
-        # Per thread, the connection its last streamed request left open: inference requests go
-        # over kept-alive connections, as OpenAI clients and `vllm bench serve` send them (a new
-        # TCP and TLS handshake per request costs the engine's host CPU and each TTFT a round trip).
-        self._kept = threading.local()
 
     def _conn(self, url: str) -> tuple[http.client.HTTPConnection, str]:
         parts = urlsplit(url)
@@ -79,29 +76,6 @@ class Client:
             return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=self.timeout,
                                                context=self._tls), parts.path or "/"
         return http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout), parts.path or "/"
-
-    def _post(self, path: str, body: dict) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, float]:
-        """POST on this thread's kept connection, else a new one: (connection, response, when it was
-        sent). A kept connection the server has closed meanwhile (its keep-alive timeout) answers
-        nothing: the request goes once more, on a new connection."""
-        url = self.ep.url + path
-        data, headers = json.dumps(body).encode(), self._headers(url, True)
-        kept, self._kept.conn = getattr(self._kept, "conn", None), None
-        if kept is not None:
-            start = time.monotonic()
-            try:
-                kept.request("POST", urlsplit(url).path, body=data, headers=headers)
-                return kept, kept.getresponse(), start
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                kept.close()
-        conn, base = self._conn(url)
-        start = time.monotonic()
-        try:
-            conn.request("POST", base, body=data, headers=headers)
-            return conn, conn.getresponse(), start
-        except BaseException:
-            conn.close()
-            raise
 
     def _headers(self, url: str, body: bool) -> dict:
         h = {"User-Agent": USER_AGENT, "Accept": "application/json"}
@@ -144,34 +118,6 @@ class Client:
         if not isinstance(value, dict):
             raise EndpointError(f"not an OpenAI-compatible server: {method} {path} did not answer a JSON object")
         return value
-
-    def stream(self, path: str, body: dict) -> dict:
-        """One streamed request: {ok, ttft, e2e (s), output_tokens, prompt_tokens (server's), text, error}."""
-        answer = Answer(self.ep, path, time.monotonic())
-        conn, keep = None, False
-        try:
-            conn, resp, answer.start = self._post(path, body)
-            kind = resp.getheader("Content-Type")
-            if not answer.streams(resp.status, kind):
-                answer.refuse(resp.status, kind, resp.read(4096))
-                return answer.out
-            while not answer.over:
-                line = resp.readline(1 << 20)
-                if not line:
-                    break
-                answer.feed(line)
-            if answer.finish():
-                resp.read()  # the rest of the body (the chunked encoding's end): the connection can serve the next
-                keep = not resp.will_close
-        except (OSError, http.client.HTTPException) as e:
-            answer.fail(e)
-        finally:
-            answer.close()
-            if keep:
-                self._kept.conn = conn
-            elif conn is not None:
-                conn.close()
-        return answer.out
 
 
 class AsyncClient:
@@ -228,8 +174,10 @@ class AsyncClient:
                             answer.feed(line)
                         if answer.finish():
                             await resp.read()  # the body's end: the connection can serve the next request
-            except aiohttp.ServerDisconnectedError as e:
-                if attempt == 1 and "answered" not in when:
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                # a kept connection the server had closed: no answer, and the request could not be
+                # written or was dropped unread; a connection that could not be opened is final
+                if attempt == 1 and "answered" not in when and not isinstance(e, aiohttp.ClientConnectorError):
                     continue
                 answer.fail(e)
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError) as e:

@@ -2,6 +2,7 @@
 about a minute after its unit starts): while the port refuses connections or the server says
 503, up to --ready-timeout; any other answer fails at once. A real HTTP server on loopback."""
 
+import asyncio
 import json
 import socket
 import threading
@@ -126,8 +127,10 @@ def streaming_server(close_silently: bool = False):
 @pytest.mark.parametrize("close_silently", [False, True])
 def test_streamed_requests_keep_their_connection_and_survive_a_server_closing_it(close_silently):
     server, ports = streaming_server(close_silently)
-    client = ltc.Client(ltc.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}"), 5)
-    results = [client.stream("/v1/chat/completions", {"messages": []}) for _ in range(4)]
+    async def four() -> list[dict]:
+        async with ltc.AsyncClient(ltc.Endpoint("h/main", f"http://127.0.0.1:{server.server_port}"), 5) as client:
+            return [await client.stream("/v1/chat/completions", {"messages": []}) for _ in range(4)]
+    results = asyncio.run(four())
     server.shutdown()
     assert all(r["ok"] and r["text"] == "hi" and r["output_tokens"] == 1 for r in results), results
     # kept alive: one connection for the four; closed by the server: each one on a new connection, none failed
