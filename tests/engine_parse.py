@@ -184,6 +184,7 @@ def _vllm_argv(payload: dict) -> dict:
     parsed.update(
         kv_connector=ktc.kv_connector,
         kv_role=ktc.kv_role,
+        kv_load_failure_policy=ktc.kv_load_failure_policy,
         engine_id_given=_engine_id_given(argv),
         extra_config_keys=sorted(ktc.kv_connector_extra_config),
     )

@@ -99,6 +99,10 @@ def test_rendered_configs_are_accepted_by_the_engines_own_parsers(rendered):
     refused = {k: v["error"] for k, v in verdicts.items() if not v["ok"]}
     assert not refused, refused
     assert len(verdicts) == len(rendered) >= 20
+    # #37 (fail open): a KV load the connector reports failed is recomputed, as vLLM itself reads
+    # the unit's --kv-transfer-config (its default, "fail", would fail the request)
+    tiers = {k: v["parsed"] for k, v in verdicts.items() if (v["parsed"] or {}).get("kv_connector")}
+    assert len(tiers) >= 3 and {p["kv_load_failure_policy"] for p in tiers.values()} == {"recompute"}, tiers
 
 
 # One mutation per engine: the inventory value kvprov check refuses, and the same mistake
