@@ -22,8 +22,11 @@ import ctypes
 import fcntl
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,6 +90,7 @@ def main() -> int:
     ap.add_argument("--dir", required=True, help="a directory on a local block-device file system")
     ap.add_argument("--fix-udev", action="store_true", help="write cuFile's missing udev record (gpu_nixl.py)")
     ap.add_argument("--json", help="write the table here too")
+    ap.add_argument("--commit", help="the commit measured, for the record")
     args = ap.parse_args()
     created = not os.path.isdir(args.dir)
     os.makedirs(args.dir, exist_ok=True)
@@ -139,8 +143,11 @@ def main() -> int:
         if bad:
             print(f"{what}: {', '.join(bad)}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"notes": notes, "cufile_fd_flags": bw.CUFILE_FD_FLAGS,
-                                               "rows": rows}, indent=2))
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, check=False).stdout.strip() if shutil.which("nvidia-smi") else None
+        Path(args.json).write_text(json.dumps({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                               "commit": args.commit, "gpu": smi, "notes": notes,
+                                               "cufile_fd_flags": bw.CUFILE_FD_FLAGS, "rows": rows}, indent=2))
     return 1 if wrong or worker else 0
 
 
