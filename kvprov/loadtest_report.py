@@ -261,13 +261,19 @@ def _ring(xys: list[tuple], ax) -> None:
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
 
 
+def _where(p: dict) -> str:
+    """Which point: instance, prompt length, and its load (a load point) or turn (a wave)."""
+    return f"{p['instance']}, {p['prompt_tokens']} tokens, " + (_phase(p) if p.get("phase") == "load"
+                                                                else f"turn {p['turn']}")
+
+
 def _short_note(fig, points: list[dict]) -> None:
     """A red line under the chart when points delivered less load than asked."""
     short = short_points(points)
     if short:
         p = short[0]
         fig.text(0.01, 0.005, f"WARNING: {len(short)} of {len(points)} points delivered less load than asked "
-                 f"(first: {p['instance']}, {p['prompt_tokens']} tokens, {_phase(p) if p.get('phase') == 'load' else 'turn ' + str(p['turn'])}: "
+                 f"(first: {_where(p)}: "
                  f"{p['delivery']['short']})", color="#b00020", fontsize=8, ha="left", va="bottom", wrap=True)
 
 
@@ -508,9 +514,7 @@ def _short_html(doc: dict) -> str:
     short = short_points(doc["points"])
     if not short:
         return ""
-    items = "".join(f"<li>{_e(p['instance'])}, {p['prompt_tokens']} tokens, "
-                    f"{_e(_phase(p) if p.get('phase') == 'load' else 'turn ' + str(p['turn']))}: "
-                    f"{_e(p['delivery']['short'])}</li>" for p in short)
+    items = "".join(f"<li>{_e(_where(p))}: {_e(p['delivery']['short'])}</li>" for p in short)
     return (f"<p class=bad>WARNING: {len(short)} of {len(doc['points'])} points delivered less load than asked; their "
             f"figures are not those of the load asked for:</p><ul>{items}</ul>")
 
