@@ -29,7 +29,8 @@ def render_one_host(d: Path, key: str | None = None, **group_vars) -> Path:
     (and an API key file holding `key`) into d/out; returns d/out/s1."""
     import yaml
 
-    group_vars = {"kvprov_storage_profile": "local", "kvprov_storage_pnfs_layout": "none", **group_vars}
+    group_vars = {"kvprov_storage_profile": "local", "kvprov_storage_pnfs_layout": "none",
+                  "kvprov_engine_model_revision": "0123abc", **group_vars}  # a pinned model: shareable
     if key is not None:
         (d / "key").write_text(key + "\n")
         (d / "key").chmod(0o600)

@@ -490,6 +490,7 @@ def _sglang_argv(payload: dict) -> dict:
             parsed["extra_config_parser"] = origin
             parsed["extra_config"] = extra
             parsed["prefetch_threshold"] = thr
+            parsed["prefetch_timeout"] = [tbase, tki]
             if cfg.hicache_storage_backend == "nixl":
                 from sglang.srt.mem_cache.storage.nixl.nixl_utils import NixlBackendConfig
 

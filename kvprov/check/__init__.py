@@ -37,8 +37,8 @@ from typing import Any
 
 from kvprov import inventory, vault
 from kvprov.check.engines import engine_rules
-from kvprov.check.fleet import (StorageDir, hash_seeds, namespace_keys, rollout_settings, shared_storage_dirs,
-                                storage_dirs)
+from kvprov.check.fleet import (StorageDir, namespace_keys, namespaces, rollout_settings,
+                                shared_storage_dirs, storage_dirs)
 from kvprov.check.host import HostView, instances_var, mount_rules
 from kvprov.check.storage import STORAGE_SPECS, controller_file, storage_credentials_file, storage_rules
 from kvprov.check.values import (DEPRECATED, LMCACHE_KEYS, LMCACHE_RENAMED, TIERLESS_ENGINES, Finding, VarSpec,
@@ -80,7 +80,7 @@ def check(inv: Inventory, specs: dict[str, VarSpec] | None = None) -> list[Probl
         dirs += host_dirs
     problems += shared_storage_dirs(dirs) + namespace_keys(dirs)
     views = [HostView(host, specs) for host in inv.hosts]
-    problems += hash_seeds(views) + rollout_settings(views)
+    problems += rollout_settings(views)
     return sorted(_unique(problems), key=lambda p: (p.file or "", p.line or 0, p.host or "", p.message))
 
 
@@ -182,8 +182,28 @@ def add_parser(sub) -> None:
     inventory.add_limit_arg(p, "report only these hosts' problems (and the inventory's own); the fleet rules "
                                "still compare every host")
     p.add_argument("--json", nargs="?", const="-", metavar="FILE",
-                   help='{"ok", "hosts", "problems"} as JSON: to FILE, or to stdout with - or no FILE')
+                   help='{"ok", "hosts", "problems", "namespaces"} as JSON: to FILE, or to stdout with - or no FILE')
+    p.add_argument("--namespaces", action="store_true",
+                   help="also list each shared KV namespace: its instances and the values that key it")
     p.set_defaults(func=cmd_check)
+
+
+def fleet_namespaces(path: str | list[str]) -> list[dict]:
+    """The inventory's shared namespaces (fleet.namespaces); [] when it cannot be read."""
+    try:
+        inv = inventory.load(path)
+    except InventoryError:
+        return []
+    specs = {**read_specs(inv.roles), **STORAGE_SPECS}
+    return namespaces([d for host in inv.hosts for d in storage_dirs(HostView(host, specs))])
+
+
+def namespace_lines(found: list[dict]) -> list[str]:
+    lines = []
+    for n in found:
+        lines.append(f"namespace {n['path']} ({n['engine']}): {', '.join(n['instances'])}")
+        lines += [f"    {k} = {v!r}" for k, v in n["keys"].items() if k != "engine"]
+    return lines
 
 
 def cmd_check(args) -> int:
@@ -194,7 +214,11 @@ def cmd_check(args) -> int:
         hosts = [h for h in hosts if h in chosen]
         problems = [p for p in problems if p.host is None or p.host in chosen]
     ok = not has_errors(problems)
-    data = json.dumps({"ok": ok, "hosts": hosts, "problems": [asdict(p) for p in problems]}, indent=2)
+    found = [{**n, "keys": {k: vault.hide(v) for k, v in n["keys"].items()}} for n in fleet_namespaces(sources)]
+    if args.limit:
+        found = [n for n in found if any(i.split("/")[0] in chosen for i in n["instances"])]
+    data = json.dumps({"ok": ok, "hosts": hosts, "problems": [asdict(p) for p in problems], "namespaces": found},
+                      indent=2)
     if args.json == "-":
         print(data)
     else:
@@ -206,5 +230,7 @@ def cmd_check(args) -> int:
             write_file(args.json, data + "\n")
         for line in format_lines(problems):
             print(line)
+        if getattr(args, "namespaces", False):
+            print("\n".join(namespace_lines(found) or ["no shared namespace"]))
         print(summary(sources, hosts, problems))
     return EXIT_OK if ok else EXIT_USAGE

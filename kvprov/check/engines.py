@@ -17,7 +17,7 @@ def engine_rules(h: HostView) -> list[Problem]:
     engine = h.get("kvprov_engine")
     if engine not in ENGINES:
         return []
-    out = _other_engines_settings(h, engine) + _exposure(h) + _tls(h) + _s3_without_credentials(h) + _evict_marks(h) + sharing(h)
+    out = _other_engines_settings(h, engine) + _exposure(h) + _tls(h) + _s3_without_credentials(h) + _evict_marks(h) + sharing(h) + _unbounded_waits(h)
     instances = h.get(instances_var(h)) or []
     out += _instance_ports(h, engine, instances)
     rules = {"vllm_offload": _vllm_offload, "lmcache_mp": _lmcache_mp, "lmcache_inproc": _lmcache_inproc}
@@ -200,6 +200,17 @@ def _lmcache_inproc(h: HostView) -> list[Problem]:
 
 
 # ---- capacity (kvprov-evict, docs/capacity.md)
+
+def _unbounded_waits(h: HostView) -> list[Problem]:
+    """A wait on the storage tier with no bound: a hung storage then hangs every request (#37)."""
+    if h.get("kvprov_engine") == "sglang_hicache" and h.get("kvprov_sglang_hicache_prefetch_policy") == "wait_complete":
+        return [h.problem("kvprov_sglang_hicache_prefetch_policy",
+                          "wait_complete waits for the storage tier without a bound: when the storage hangs, every "
+                          "request with a stored prefix hangs with it; use timeout (the default: the request runs "
+                          "without its stored prefix after kvprov_sglang_hicache_prefetch_timeout_base seconds)",
+                          severity="warning")]
+    return []
+
 
 def _evict_marks(h: HostView) -> list[Problem]:
     """The evictor starts at the high mark and stops under the low one: low must be below high."""

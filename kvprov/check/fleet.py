@@ -45,7 +45,7 @@ def storage_dirs(h: HostView) -> list[StorageDir]:
     export = posixpath.normpath(h.get("kvprov_storage_export") or "/")
     engine = h.get("kvprov_engine") or "sglang_hicache"
     shares = namespace.shares(engine, h.get)
-    default_dir = (namespace.namespace_dir(mount, engine, namespace.namespace(_model_getter(h))) if shares
+    default_dir = (namespace.namespace_dir(mount, engine, namespace.namespace(engine, engine_getter(h))) if shares
                    else None)
     out = []
     seen = set()
@@ -72,21 +72,51 @@ def storage_dirs(h: HostView) -> list[StorageDir]:
     return out
 
 
-def _model_getter(h: HostView) -> Callable[[str], Any]:
-    """h.get, with the model path under its old name where the host still uses it."""
-    return lambda n: (h.get("kvprov_sglang_model_path") or h.get(n)) if n == "kvprov_engine_model_path" else h.get(n)
+def engine_getter(h: HostView) -> Callable[[str], Any]:
+    """h.get, with the model path and extra arguments under their old names where the host still uses them."""
+    old = {"kvprov_engine_model_path": "kvprov_sglang_model_path", "kvprov_engine_extra_args": "kvprov_sglang_extra_args"}
+    return lambda n: (h.get(old[n]) or h.get(n)) if n in old else h.get(n)
 
 
 def sharing(h: HostView) -> list[Problem]:
-    """kvprov_engine_storage_sharing: namespace only where the engine's tier can be shared."""
+    """kvprov_engine_storage_sharing: namespace only where the engine's tier can be shared; what a
+    shared namespace cannot take: a hub id without a pinned revision, extra arguments or
+    environment whose effect on the files kvprov cannot key by, the engine user's uid left to
+    chance on a volume other hosts share."""
     engine = h.get("kvprov_engine") or "sglang_hicache"
-    if h.get("kvprov_engine_storage_sharing") != "namespace" or engine in TIERLESS_ENGINES:
+    if engine in TIERLESS_ENGINES:
         return []
-    reason = namespace.per_instance_reason(engine, h.get)
-    if reason is None:
+    if h.get("kvprov_engine_storage_sharing") == "namespace":
+        reason = namespace.per_instance_reason(engine, h.get)
+        if reason is not None:
+            return [h.problem("kvprov_engine_storage_sharing", f"namespace: this engine's tier cannot be shared: "
+                                                               f"{reason}; use auto or instance")]
+    if not namespace.shares(engine, h.get) or any(i.get("storage_dir") for i in h.get(instances_var(h)) or []
+                                                  if isinstance(i, dict)):
         return []
-    return [h.problem("kvprov_engine_storage_sharing", f"namespace: this engine's tier cannot be shared: {reason}; "
-                                                       "use auto or instance")]
+    get = engine_getter(h)
+    out = []
+    model = get("kvprov_engine_model_path")
+    if isinstance(model, str) and model and namespace.is_hub_id(model) and not namespace.pinned_revision(get):
+        out.append(h.problem("kvprov_engine_model_revision",
+                             f"the model {model} is a hub id without a pinned revision, on the shared namespace: a new "
+                             "upstream commit would load new weights under the same name and serve KV the old ones "
+                             "computed; set kvprov_engine_model_revision to a commit (or use "
+                             "kvprov_engine_storage_sharing: instance)"))
+    args = "kvprov_sglang_extra_args" if h.get("kvprov_sglang_extra_args") is not None else "kvprov_engine_extra_args"
+    for flag, why in namespace.refused_args(get("kvprov_engine_extra_args")):
+        out.append(h.problem(args, f"{flag} on the shared namespace: it {why}; set what it holds with "
+                                   "kvprov's variables or kvprov_engine_extra_args, or use "
+                                   "kvprov_engine_storage_sharing: instance"))
+    environment = h.get("kvprov_engine_environment")
+    for name, why in namespace.REFUSED_ENV.items():
+        if isinstance(environment, dict) and name in environment:
+            out.append(h.problem("kvprov_engine_environment", f"{name} {why}"))
+    if h.get("kvprov_storage_profile") in NFS_PROFILES and h.get("kvprov_engine_uid") == 0:
+        out.append(h.problem("kvprov_engine_uid", "0 (any) on a namespace shared over NFS: every host's engine user "
+                                                  "must have one uid, or hosts cannot read or evict each other's files "
+                                                  "(the units write them 0600); pin a uid > 0, the same on every host"))
+    return out
 
 
 def _outside_mount(h: HostView, var: str, name: str, given: str | None, path: str, mount: str, is_mount: bool,
@@ -130,44 +160,69 @@ def _one_namespace(a: StorageDir, b: StorageDir) -> bool:
 
 
 def namespace_keys(dirs: list[StorageDir]) -> list[Problem]:
-    """Hosts sharing one namespace must agree on everything that names its files (model, hash
-    seed, block/chunk size, dtype, versions, keying engine arguments) and on the engine user's
-    uid (the files' owner): else a host never hits another's pages, or cannot read them."""
+    """Hosts of one engine and model on one volume whose keying values differ land in different
+    namespaces (kvprov/namespace.py): safe, but they never share a prefix; a warning names the
+    values. Hosts in one namespace must agree on the engine user's uid (the files' owner)."""
     out = []
-    by_namespace: dict[tuple, list[StorageDir]] = {}
+    by_base: dict[tuple, list[StorageDir]] = {}
     for d in dirs:
         if not d.problems and d.shared and d.view is not None:
             # one export path on several servers: data LIFs of one SVM, as shared_storage_dirs assumes
             volume = ("nfs", "") if d.volume[0] == "nfs" else d.volume
-            by_namespace.setdefault((volume, d.volume_path, d.engine), []).append(d)
-    for (volume, _, engine), group in by_namespace.items():
-        first = group[0]
-        where = f"on {first.volume[1]}:{first.export}" if volume[0] == "nfs" else "on the local disk"
-        for d in group[1:]:
+            parent, name = posixpath.split(d.volume_path)
+            by_base.setdefault((volume, parent, namespace.split(name)[0], d.engine), []).append(d)
+    for (volume, _, _, engine), group in by_base.items():
+        where = f"on {group[0].volume[1]}:{group[0].export}" if volume[0] == "nfs" else "on the local disk"
+        first_of: dict[str, StorageDir] = {}
+        for d in group:
+            first = first_of.setdefault(d.volume_path, d)
             if d.host == first.host:
                 continue  # one host's instances read the same variables
             a, b = first.view, d.view
-            names = [n for n in (*namespace.KEYING[engine], "kvprov_engine_uid")
-                     if not (n == "kvprov_engine_hash_seed" and engine in HASHED_ENGINES and volume[0] == "nfs")]
-            for name in names:  # (the hash seed of those engines: hash_seeds, per volume)
-                if a.host.var(name) is None or b.host.var(name) is None:
-                    continue
-                va, vb = a.get(name), b.get(name)
-                if va is None or vb is None or va == vb:
-                    continue  # a template or a wrong type: not compared (the setting rules report the latter)
-                out.append(b.problem(name, f"{vb!r} differs from host {first.host}'s {va!r}{_set_at(a, name)}, which "
-                                           f"shares the namespace {d.path} {where}: {_KEYING_WHY.get(name, _KEYED)}; "
-                                           "make them equal, or give these hosts their own kvprov_engine_namespace"))
-            args_a, args_b = (namespace.keying_args(v.get("kvprov_engine_extra_args")) for v in (a, b))
-            for flag in sorted(set(args_a) | set(args_b)):
-                if args_a.get(flag) != args_b.get(flag):
-                    out.append(b.problem("kvprov_engine_extra_args",
-                                         f"{flag} {args_b.get(flag, '(not given)')} differs from host {first.host}'s "
-                                         f"{args_a.get(flag, '(not given)')}{_set_at(a, 'kvprov_engine_extra_args')}, "
-                                         "which shares the "
-                                         f"namespace {d.path} {where}: {_KEYED}; make them equal, or give these "
-                                         "hosts their own kvprov_engine_namespace"))
+            if a.get("kvprov_engine_uid") != b.get("kvprov_engine_uid") and None not in (
+                    a.get("kvprov_engine_uid"), b.get("kvprov_engine_uid")):
+                out.append(b.problem("kvprov_engine_uid", f"{b.get('kvprov_engine_uid')!r} differs from host "
+                                     f"{first.host}'s {a.get('kvprov_engine_uid')!r}{_set_at(a, 'kvprov_engine_uid')}, "
+                                     f"which shares the namespace {d.path} {where}: the engine user's uid owns the "
+                                     "namespace's files, so one host could not read or evict the other's; make "
+                                     "them equal"))
+        if len(first_of) < 2:
+            continue
+        known = [d for d in first_of.values() if not _templated(d.view, engine)]
+        reference = known[0] if known else None
+        for path, d in first_of.items():
+            if reference is None or d is reference or d not in known:
+                continue  # a value only Ansible knows (a template): not compared
+            ka, kb = (namespace.keys(engine, engine_getter(x.view)) for x in (reference, d))
+            differ = [k for k in sorted(set(ka) | set(kb)) if ka.get(k) != kb.get(k)]
+            shown = "; ".join(f"{k} {kb.get(k, '(not given)')!r} (host {reference.host}: {ka.get(k, '(not given)')!r})"
+                              for k in differ)
+            out.append(d.view.problem("kvprov_engine_namespace",
+                                      f"{d.path} is not host {reference.host}'s namespace {reference.path} {where}, "
+                                      f"though both serve {namespace.split(posixpath.basename(path))[0]} with "
+                                      f"{engine}: {shown}; the engine writes different bytes or names for these, so "
+                                      "the hosts share no KV; make them equal to share", severity="warning"))
     return out
+
+
+def _templated(h: HostView, engine: str) -> bool:
+    """Whether a value that keys the host's namespace is a template (or of a wrong type)."""
+    names = (*namespace.KEYING.get(engine, {}), "kvprov_engine_extra_args", "kvprov_engine_environment",
+             "kvprov_storage_server", "kvprov_storage_export")  # which volume: unknown
+    return any(h.host.var(n) is not None and h.get(n) is None for n in names)
+
+
+def namespaces(dirs: list[StorageDir]) -> list[dict]:
+    """The shared namespaces of a fleet: [{path, engine, instances, keys}], keys being what put its
+    hosts there (kvprov/namespace.py), for `kvprov check --namespaces`."""
+    out: dict[str, dict] = {}
+    for d in dirs:
+        if d.problems or not d.shared or d.view is None or not namespace.shares(d.engine, d.view.get):
+            continue
+        entry = out.setdefault(d.path, {"path": d.path, "engine": d.engine, "instances": [],
+                                        "keys": namespace.keys(d.engine, engine_getter(d.view))})
+        entry["instances"].append(f"{d.host}/{d.instance}")
+    return list(out.values())
 
 
 def _set_at(h: HostView, name: str) -> str:
@@ -177,11 +232,6 @@ def _set_at(h: HostView, name: str) -> str:
         return " (a role default)"
     file, line = h.location(name)
     return f" ({file}:{line})" if file else ""
-
-
-_KEYED = "the engine names its files by it, so neither host would ever hit the other's pages"
-_KEYING_WHY = {"kvprov_engine_uid": "the engine user's uid owns the namespace's files, so one host could not "
-                                    "read or evict the other's"}
 
 
 def _overlapping(dirs: list[StorageDir], key: Callable[[StorageDir], str]):
@@ -217,32 +267,6 @@ def _shared(a: StorageDir, b: StorageDir, severity: str) -> Problem:
            "directory (without storage_dir each gets <mount point>/<host>/<name>, or the engine's shared "
            "namespace where its tier can be shared)")
     return Problem(b.location[0], b.location[1], b.host, b.variable, msg, severity)
-
-
-# ---- prefix hash seeds
-
-HASHED_ENGINES = ("vllm_offload", "lmcache_inproc")  # prefix keys hash with Python's hash()
-
-
-def hash_seeds(hosts: list[HostView]) -> list[Problem]:
-    """vLLM's native offloading and LMCache in-process key pages by hashes that depend on
-    PYTHONHASHSEED: hosts sharing a volume with different seeds never hit each other's pages."""
-    first: dict[tuple, tuple[str, Any]] = {}
-    out = []
-    for h in hosts:
-        server, export, seed = (h.get(n) for n in ("kvprov_storage_server", "kvprov_storage_export",
-                                                   "kvprov_engine_hash_seed"))
-        if (h.get("kvprov_engine") not in HASHED_ENGINES or h.get("kvprov_storage_profile") not in NFS_PROFILES
-                or None in (server, export, seed)):  # a template (only Ansible knows it) or a wrong type
-            continue
-        volume = (server.lower(), posixpath.normpath(export))
-        other = first.setdefault(volume, (h.host.name, seed))
-        if seed != other[1]:
-            out.append(h.problem("kvprov_engine_hash_seed",
-                                 f"{seed} differs from host {other[0]}'s {other[1]} on the same volume "
-                                 f"{volume[0]}:{volume[1]}: prefix keys differ, so neither host ever hits the "
-                                 "other's pages; use one seed for every host"))
-    return out
 
 
 def rollout_settings(hosts: list[HostView]) -> list[Problem]:

@@ -819,6 +819,8 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_sglang_tp_size": int_range(1),
     "kvprov_sglang_page_size": int_range(1),
     "kvprov_sglang_hicache_size": int_range(0, note=" (GB of host DRAM per TP rank)"),
+    "kvprov_sglang_hicache_prefetch_timeout_base": positive_number,
+    "kvprov_sglang_hicache_prefetch_timeout_per_ki_token": lambda v: [] if v >= 0 else [Finding(f"must be 0 or more, got {v}")],
     "kvprov_bench_model_layers": int_range(1),
     "kvprov_bench_model_kv_heads": int_range(1),
     "kvprov_bench_model_head_dim": int_range(1),
@@ -846,6 +848,8 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_engine_tls_ca_file": tls_ca_file,
     "kvprov_engine_s3_credentials_file": s3_credentials_file,
     "kvprov_engine_model_path": model_path,
+    "kvprov_engine_model_revision": lambda v: [] if v == "" or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}", v) else [
+        Finding(f'"{v}" is not a revision: a commit, tag or branch (1 to 128 letters, digits, . _ / -)')],
     "kvprov_engine_environment": all_of(environment, s3_secrets_in_environment, bounds.secret_environment),
     "kvprov_engine_extra_args": bounds.secret_arguments,
     "kvprov_engine_hash_seed": int_range(0, 4294967295),

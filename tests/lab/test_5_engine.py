@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kvprov import namespace
 from kvprov.lab import inventory, topology
 from kvprov.lab.ssh import ssh, ssh_args
 from tests.conftest import LAB_CONTAINERS, ROOT, kvprov
@@ -31,9 +30,21 @@ INDEX = int(os.environ.get("KVPROV_TEST_ENGINE_CONTAINER", LAB_CONTAINERS))
 HOST = f"kvlab-c{INDEX}"
 ADDR = (f"10.98.{INDEX}.2", 22)
 PEER = INDEX - 1 if INDEX > 1 else 2  # the second host on the namespace (--cross-host)
-# The namespace every host of this engine and model shares (kvprov/namespace.py)
-INST_DIR = namespace.namespace_dir(topology.CONTAINER_KV, "lmcache_mp", namespace.default_namespace(
-    f"{topology.CONTAINER_MODELS}/{topology.TINY_MODEL}"))
+
+
+def _namespace_dir() -> str:
+    """The namespace every host of the engine lab shares: the model's name and the fingerprint of
+    its keying values (kvprov/namespace.py), as kvprov check computes it for the lab inventory."""
+    from kvprov import check
+
+    values = inventory.build_engine(INDEX)["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]["vars"]
+    roles = check.inventory.roles_dir()
+    [d] = check.storage_dirs(check.HostView(check.host_from_values(HOST, values, check.inventory.read_role_defaults(
+        roles)), check.read_specs(roles)))
+    return d.path
+
+
+INST_DIR = _namespace_dir()
 SERVER, VLLM = "kvprov-lmcache-main.service", "kvprov-vllm-main.service"
 VLLM_UNIT = f"/etc/systemd/system/{VLLM}"
 API_KEY = "kvprov-lab-key-0123456789abcdef"  # deployed from a root-only file on the controller

@@ -253,7 +253,7 @@ def test_json_output(tmp_path):
     r = kvprov("check", rel(INVENTORIES / "bad/types.yml"), "--json")
     assert r.returncode == EXIT_USAGE
     report = json.loads(r.stdout)
-    assert set(report) == {"ok", "hosts", "problems"}
+    assert set(report) == {"ok", "hosts", "problems", "namespaces"}
     assert report["ok"] is False and report["hosts"] == ["gpu7"]
     port = next(p for p in report["problems"] if p["variable"] == "kvprov_storage_nfs_port")
     line = next(n for n, fragment in expectations(INVENTORIES / "bad/types.yml") if "nfs_port" in fragment)

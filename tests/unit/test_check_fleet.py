@@ -15,7 +15,7 @@ from kvprov.inventory import Group, Host, Inventory, Origin, Problem, Setting, V
 ROLES = inventory.roles_dir()
 SPECS = check.read_specs(ROLES)
 DEFAULTS = inventory.read_role_defaults(ROLES)
-NFS = {"kvprov_storage_server": "10.0.0.5"}
+NFS = {"kvprov_storage_server": "10.0.0.5", "kvprov_engine_uid": 2001, "kvprov_engine_model_revision": "0123abc"}  # a shared namespace's pinned owner and revision
 
 
 def fleet(gpu: dict[str, dict], storage: dict[str, dict] | None = None, all_vars: dict | None = None) -> Inventory:
@@ -42,12 +42,12 @@ def found(inv: Inventory) -> list[str]:
 
 # ---------------------------------------------------------------------------- prefix hash seeds
 
-def test_hash_seeds_must_agree_per_volume_for_the_engines_that_hash_prefixes():
+def test_hash_seeds_key_the_namespace_so_hosts_with_other_seeds_share_nothing_and_are_told():
     inproc = {**NFS, "kvprov_engine": "lmcache_inproc"}
-    assert found(fleet({"a": inproc, "b": {**inproc, "kvprov_engine_hash_seed": 7}})) == [
-        "error b kvprov_engine_hash_seed: 7 differs from host a's 0 on the same volume 10.0.0.5:/kvcache: prefix keys "
-        "differ, so neither host ever hits the other's pages; use one seed for every host"]
-    # SGLang keys pages otherwise; a local disk is no shared volume
+    [p] = found(fleet({"a": inproc, "b": {**inproc, "kvprov_engine_hash_seed": 7}}))
+    assert p.startswith("warning b kvprov_engine_namespace: /mnt/kvcache/kv/lmcache_inproc/Qwen-Qwen3-8B-")
+    assert "kvprov_engine_hash_seed '7' (host a: '0')" in p and "share no KV" in p
+    # SGLang keeps a directory per instance; a local disk is no shared volume
     assert found(fleet({"a": NFS, "b": {**NFS, "kvprov_engine_hash_seed": 7}})) == []
     local = {**inproc, "kvprov_storage_profile": "local", "kvprov_storage_pnfs_layout": "none"}
     assert found(fleet({"a": local, "b": {**local, "kvprov_engine_hash_seed": 7}})) == []
@@ -206,7 +206,7 @@ def test_require_valid_returns_the_hosts_or_stops_before_any_host_and_check_prin
     check.add_parser(parser.add_subparsers())
     args = parser.parse_args(["check", str(good), "--json"])  # no FILE (or -): stdout
     assert args.func(args) == 0
-    assert capsys.readouterr().out == '{\n  "ok": true,\n  "hosts": [\n    "gpu1"\n  ],\n  "problems": []\n}\n'
+    assert capsys.readouterr().out == '{\n  "ok": true,\n  "hosts": [\n    "gpu1"\n  ],\n  "problems": [],\n  "namespaces": []\n}\n'
     args = parser.parse_args(["check", "--json", str(tmp_path / "check.json"), str(good)])  # --json FILE
     assert args.func(args) == 0
     assert json.loads((tmp_path / "check.json").read_text())["hosts"] == ["gpu1"]
@@ -237,7 +237,7 @@ def test_cmd_check_with_a_limit_reports_only_those_hosts_and_writes_no_json_thro
     assert every["hosts"] == ["gpu1", "gpu2"] and {p["host"] for p in every["problems"]} == {"gpu2"}
     assert check.cmd_check(args(limit="gpu1", json="-")) == 0
     only = json.loads(capsys.readouterr().out)
-    assert only == {"ok": True, "hosts": ["gpu1"], "problems": []}
+    assert only == {"ok": True, "hosts": ["gpu1"], "problems": [], "namespaces": []}
     out = tmp_path / "out.json"
     assert check.cmd_check(args(limit="gpu2", json=str(out))) == EXIT_USAGE
     written = json.loads(out.read_text())
@@ -267,19 +267,16 @@ def test_storage_dirs_only_of_valid_first_names_and_a_local_clash_says_so():
                             "instance x's storage dir on the local disk: NIXL's clear() would wipe the other's files")
 
 
-def test_hosts_of_one_namespace_compare_each_flag_either_gives_and_across_data_lifs():
+def test_hosts_of_one_model_in_other_namespaces_are_named_per_value_and_across_data_lifs():
     from tests.unit.test_namespace import VLLM
 
-    where = ("which shares the namespace /mnt/kvcache/kv/vllm_offload/Qwen-Qwen3-8B on 10.0.0.5:/kvcache: the engine "
-             "names its files by it, so neither host would ever hit the other's pages; make them equal, or give "
-             "these hosts their own kvprov_engine_namespace")
     a = {**VLLM, "kvprov_engine_extra_args": ["--kv-cache-dtype", "fp8"]}
-    assert found(fleet({"a": a, "b": {**VLLM}})) == [  # a flag only one host gives; where a set it: not known here
-        f"error b kvprov_engine_extra_args: --kv-cache-dtype (not given) differs from host a's fp8, {where}"]
-    block = f"error b kvprov_vllm_offload_block_size: 32 differs from host a's 256 (a role default), {where}"
+    [p] = found(fleet({"a": a, "b": {**VLLM}}))  # a flag only one host gives
+    assert p.startswith("warning b kvprov_engine_namespace") and "arg --kv-cache-dtype '(not given)' (host a: 'fp8')" in p
     assert found(fleet({"a": VLLM, "b": {**VLLM, "kvprov_vllm_offload_block_size": "{{ bs }}"}})) == []  # a template
-    two = [{"name": "m1", "port": 8000}, {"name": "m2", "port": 8001}]  # a's own two instances first
-    assert found(fleet({"a": {**VLLM, "kvprov_engine_instances": two},
-                        "b": {**VLLM, "kvprov_vllm_offload_block_size": 32}})) == [block]
-    assert found(fleet({"a": VLLM, "b": {**VLLM, "kvprov_storage_server": "10.0.0.6",  # another LIF of the SVM
+    two = [{"name": "m1", "port": 8000}, {"name": "m2", "port": 8001}]  # a's own two instances: one namespace
+    [block] = found(fleet({"a": {**VLLM, "kvprov_engine_instances": two}, "b": {**VLLM, "kvprov_vllm_offload_block_size": 32}}))
+    assert "kvprov_vllm_offload_block_size '32' (host a: '256')" in block
+    # another LIF of the SVM: the same volume, the same finding
+    assert found(fleet({"a": VLLM, "b": {**VLLM, "kvprov_storage_server": "10.0.0.6",
                                          "kvprov_vllm_offload_block_size": 32}})) == [block]

@@ -10,7 +10,7 @@ from kvprov import check, inventory
 
 SPECS = check.read_specs(inventory.roles_dir())
 DEFAULTS = inventory.read_role_defaults(inventory.roles_dir())
-SERVER = {"kvprov_storage_server": "10.0.0.5"}
+SERVER = {"kvprov_storage_server": "10.0.0.5", "kvprov_engine_uid": 2001, "kvprov_engine_model_revision": "0123abc"}
 
 
 def host(**values) -> inventory.Host:

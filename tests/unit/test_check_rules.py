@@ -186,7 +186,8 @@ def test_the_evictors_low_mark_must_be_below_the_high_one(tmp_path):
 
 def test_the_offload_block_must_be_a_multiple_of_the_gpu_block(tmp_path):
     assert host_problems(tmp_path, kvprov_engine="vllm_offload", kvprov_vllm_offload_block_size=100,
-                         kvprov_vllm_block_size=16, kvprov_vllm_offload_cpu_bytes_to_use=1 << 30) == [
+                         kvprov_vllm_block_size=16, kvprov_vllm_offload_cpu_bytes_to_use=1 << 30,
+                         kvprov_engine_uid=2001, kvprov_engine_model_revision="0123abc") == [
         "kvprov_vllm_offload_block_size: 100 is not a multiple of kvprov_vllm_block_size 16 (vLLM's GPU block): "
         "use e.g. 96"]
 

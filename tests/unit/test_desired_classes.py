@@ -146,7 +146,8 @@ def write(path: Path, data: dict) -> Path:
 # lmcache_mp (the name in its tmp directory); a class whose template reads ansible_host
 INVENTORY = {"all": {
     "vars": {"ansible_connection": "local", "kvprov_storage_profile": "local", "kvprov_storage_pnfs_layout": "none",
-             "kvprov_storage_mount_point": "/srv/kv", "kvprov_engine_install": False},
+             "kvprov_storage_mount_point": "/srv/kv", "kvprov_engine_install": False,
+             "kvprov_engine_model_revision": "0123abc"},
     "children": {"gpu_nodes": {"children": {
         "sglang": {"hosts": {"sg-a1": {"ansible_host": "10.0.0.1"}, "sg-a2": {"ansible_host": "10.0.0.2"},
                              "sg-a3": {"ansible_host": "10.0.0.3"}, "SG_B4": {"ansible_host": "10.0.0.4"},

@@ -103,6 +103,11 @@ def test_rendered_configs_are_accepted_by_the_engines_own_parsers(rendered):
     # the unit's --kv-transfer-config (its default, "fail", would fail the request)
     tiers = {k: v["parsed"] for k, v in verdicts.items() if (v["parsed"] or {}).get("kv_connector")}
     assert len(tiers) >= 3 and {p["kv_load_failure_policy"] for p in tiers.values()} == {"recompute"}, tiers
+    # SGLang admits a request without its stored prefix once the prefetch deadline passes (1 s + 0.1 s per
+    # 1024 tokens, from the NIXL TOML), even while the storage hangs; wait_complete would wait forever
+    sglang = {k: v["parsed"] for k, v in verdicts.items() if rendered[k]["kind"] == "sglang_argv"}
+    assert sglang and {(p["hicache_storage_prefetch_policy"], tuple(p["prefetch_timeout"])) for p in sglang.values()} == {
+        ("timeout", (1.0, 0.1))}, sglang
 
 
 # One mutation per engine: the inventory value kvprov check refuses, and the same mistake

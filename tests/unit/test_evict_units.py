@@ -65,6 +65,10 @@ def test_instances_sharing_a_directory_share_one_evictor(tmp_path):
     assert not (host / TOML).read_text().count("l3_cleaner")  # not SGLang: no cleaner keys
 
 
+# SGLang's prefetch deadline in the same TOML (the timeout policy's defaults: roles/sglang_hicache)
+DEADLINE = {"prefetch_timeout_base": 1.0, "prefetch_timeout_per_ki_token": 0.1}
+
+
 @pytest.mark.parametrize("evict, expected", [
     ("auto", {"l3_cleaner_enabled": True, "l3_cleaner_high_watermark": 85, "l3_cleaner_low_watermark": 70}),
     ("always", {"l3_cleaner_enabled": False}),  # kvprov's evictor runs on the directory: SGLang's is off
@@ -74,7 +78,7 @@ def test_sglangs_l3_cleaner_is_set_explicitly(tmp_path, evict, expected):
                      kvprov_nixl_plugins={"posix": {"active": True, "use_aio": False}})
     host = rendered(inv, tmp_path / "out")
     toml = tomllib.loads((host / TOML).read_text())
-    assert toml == {**expected, "plugin": {"posix": {"active": True, "use_aio": False}}}
+    assert toml == {**expected, **DEADLINE, "plugin": {"posix": {"active": True, "use_aio": False}}}
     assert bool(evictors(host)) == (evict == "always")
 
 
@@ -83,7 +87,7 @@ def test_the_cleaner_follows_kvprovs_marks_and_an_explicit_option_wins(tmp_path)
                      kvprov_engine_evict_low_percent=60, kvprov_nixl_backend_options={"l3_cleaner_enabled": False})
     toml = tomllib.loads((rendered(inv, tmp_path / "out") / TOML).read_text())
     assert {k: v for k, v in toml.items() if k != "plugin"} == {
-        "l3_cleaner_enabled": False, "l3_cleaner_high_watermark": 90, "l3_cleaner_low_watermark": 60}
+        "l3_cleaner_enabled": False, "l3_cleaner_high_watermark": 90, "l3_cleaner_low_watermark": 60, **DEADLINE}
 
 
 def test_the_example_fleets_sglang_hosts_get_the_cleaner_and_the_others_none(tmp_path):

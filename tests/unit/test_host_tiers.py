@@ -24,7 +24,8 @@ SPECS = check.read_specs(inventory.roles_dir())
 DEFAULTS = inventory.read_role_defaults(inventory.roles_dir())
 TWO = [{"name": "gpu0-3", "port": 8000, "cuda_visible_devices": "0,1,2,3"},
        {"name": "gpu4-7", "port": 8001, "cuda_visible_devices": "4,5,6,7"}]
-BASE = {"kvprov_storage_server": "10.0.0.5", "kvprov_engine_install": True, "kvprov_engine_instances": TWO}
+BASE = {"kvprov_storage_server": "10.0.0.5", "kvprov_engine_install": True, "kvprov_engine_instances": TWO,
+        "kvprov_engine_uid": 2001, "kvprov_engine_model_revision": "0123abc"}
 
 
 def problems(severity: str = "error", **values) -> dict[str, str]:

@@ -16,7 +16,8 @@ from tests.unit.test_check_fleet import NFS, fleet, found
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM = {**NFS, "kvprov_engine": "vllm_offload", "kvprov_vllm_offload_cpu_bytes_to_use": 10**9,
-        "kvprov_engine_model_path": "Qwen/Qwen3-8B"}
+        "kvprov_engine_model_path": "Qwen/Qwen3-8B", "kvprov_engine_model_revision": "0123abc", "kvprov_engine_uid": 2001}
+FP = "-[0-9a-f]{12}"  # a namespace's fingerprint
 
 
 def dirs_of(values: dict) -> list[str]:
@@ -38,7 +39,8 @@ def dirs_of(values: dict) -> list[str]:
     (NFS, "/mnt/kvcache/h1/main"),  # SGLang's NIXL backend: clear() deletes its directory
 ])
 def test_where_each_engine_keeps_its_tier(values, expected):
-    assert dirs_of(values) == [expected]
+    [got] = dirs_of(values)
+    assert re.fullmatch(re.escape(expected) + (FP if "/kv/" in expected else ""), got), got
 
 
 COMBOS = [{"kvprov_engine": "vllm_offload", "kvprov_vllm_offload_cpu_bytes_to_use": 10**9},
@@ -50,7 +52,12 @@ COMBOS = [{"kvprov_engine": "vllm_offload", "kvprov_vllm_offload_cpu_bytes_to_us
              "kvprov_engine_namespace": f"l2-{t}"}  # the L2 type keys the files: a namespace each
             for t in ("fs_native", "fs", "nixl_store", "nixl_store_dynamic")),
           *({"kvprov_engine": "lmcache_inproc", "kvprov_lmcache_inproc_tier": t} for t in ("fs", "nixl", "local_disk")),
-          {"kvprov_engine": "sglang_hicache"}]
+          {"kvprov_engine": "sglang_hicache"},
+          # keying values as a user may spell them, and keying arguments and environment (kvprov/namespace.py)
+          {"kvprov_engine": "lmcache_inproc", "kvprov_lmcache_inproc_use_direct_io": "yes", "kvprov_vllm_block_size": "16",
+           "kvprov_engine_extra_args": ["--kv_cache_dtype=fp8", "--hf-overrides.rope_scaling", '{"factor": 4}'],
+           "kvprov_engine_environment": {"LMCACHE_SAVE_CHUNK_META": "False", "NCCL_DEBUG": "INFO"},
+           "kvprov_lmcache_inproc_config": {"pre_caching_hash_algorithm": "sha256_cbor", "lookup_timeout_ms": 2000}}]
 
 
 def test_the_engine_roles_storage_dirs_are_kvprov_checks(tmp_path):
@@ -62,12 +69,15 @@ def test_the_engine_roles_storage_dirs_are_kvprov_checks(tmp_path):
 
     hosts = {f"h{i}": {**combo, "kvprov_engine_model_path": "/models/Qwen3-8B"} for i, combo in enumerate(COMBOS)}
     inv = tmp_path / "inv.yml"
-    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"vars": {"kvprov_storage_server": "10.0.0.5"},
+    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"vars": {"kvprov_storage_server": "10.0.0.5",
+                                                                                "kvprov_engine_uid": 2001},
                                                                        "hosts": hosts}}}}))
     states = desired.load(str(inv), None)
     for name, values in hosts.items():
         jinja = [i["storage_dir"] for i in states[name]["engine"]["instances"]]
-        view = check.HostView(check.host_from_values(name, {**NFS, **values}, check.inventory.read_role_defaults(
+        view = check.HostView(check.host_from_values(name, {"kvprov_storage_server": "10.0.0.5", **values,
+                                                            "kvprov_engine_uid": 2001},
+                                                     check.inventory.read_role_defaults(
             check.inventory.roles_dir())), check.read_specs(check.inventory.roles_dir()))
         assert jinja == [d.path for d in check.storage_dirs(view)], (name, values)
 
@@ -91,13 +101,15 @@ def test_the_engine_role_renders_the_namespace_kvprov_check_computes(tmp_path):
         config = argument(unit, "--kv-transfer-config")
         for tier in json.loads(config).get("kv_connector_extra_config", {}).get("secondary_tiers", []) if config else []:
             roots.setdefault(tier["root_dir"], set()).add(unit.parts[-5])
-    assert roots == {namespace.namespace_dir("/mnt/kvcache", "vllm_offload", "models-Qwen3-8B"):
-                     {"gpu-c01.corp.example.com", "gpu-c00.corp.example.com"}}
+    [(root, hosts)] = roots.items()
+    assert hosts == {"gpu-c01.corp.example.com", "gpu-c00.corp.example.com"}
+    assert re.fullmatch("/mnt/kvcache/kv/vllm_offload/models-Qwen3-8B" + FP, root), root
     [mp] = out.glob("gpu-c02*/etc/systemd/system/kvprov-lmcache-gpu0-3.service")
     adapter = json.loads(argument(mp, "--l2-adapter"))
-    assert adapter["type"] == "fs_native" and adapter["base_path"] == "/mnt/kvcache/kv/lmcache_mp/models-Qwen3-8B"
+    assert adapter["type"] == "fs_native" and re.fullmatch("/mnt/kvcache/kv/lmcache_mp/models-Qwen3-8B" + FP,
+                                                           adapter["base_path"]), adapter
     inproc = (out / "gpu-c03.corp.example.com/etc/kvprov/lmcache-gpu0-3.yaml").read_text()
-    assert "fs://localhost:0/mnt/kvcache/kv/lmcache_inproc/models-Qwen3-8B" in inproc
+    assert re.search("fs://localhost:0/mnt/kvcache/kv/lmcache_inproc/models-Qwen3-8B" + FP, inproc), inproc
     sglang = (out / "gpu-a01.corp.example.com/etc/systemd/system/kvprov-sglang-gpu0-3.service").read_text()
     assert "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=/mnt/kvcache/gpu-a01.corp.example.com/gpu0-3" in sglang
     # one evictor for the namespace both instances of gpu-c01 share
@@ -105,23 +117,27 @@ def test_the_engine_role_renders_the_namespace_kvprov_check_computes(tmp_path):
         "kvprov-evict-gpu0-3.service"]
 
 
-def test_hosts_sharing_a_namespace_must_agree_on_what_names_its_files():
+def test_hosts_that_differ_in_a_keying_value_are_in_different_namespaces_and_check_names_it():
     problems = found(fleet({"a": VLLM, "b": {**VLLM, "kvprov_vllm_offload_block_size": 32},
                             "c": {**VLLM, "kvprov_engine_namespace": "other", "kvprov_vllm_block_size": 32}}))
-    assert problems == [
-        "error b kvprov_vllm_offload_block_size: 32 differs from host a's 256 (a role default), which shares the "
-        "namespace /mnt/kvcache/kv/vllm_offload/Qwen-Qwen3-8B on 10.0.0.5:/kvcache: the engine names its files by "
-        "it, so neither host would ever hit the other's pages; make them equal, or give these hosts their own "
-        "kvprov_engine_namespace"]
+    [p] = problems
+    assert re.fullmatch(
+        "warning b kvprov_engine_namespace: /mnt/kvcache/kv/vllm_offload/Qwen-Qwen3-8B-[0-9a-f]{12} is not host a's "
+        "namespace /mnt/kvcache/kv/vllm_offload/Qwen-Qwen3-8B-[0-9a-f]{12} on 10.0.0.5:/kvcache, though both serve "
+        "Qwen-Qwen3-8B with vllm_offload: kvprov_vllm_offload_block_size '32' \\(host a: '256'\\); the engine writes "
+        "different bytes or names for these, so the hosts share no KV; make them equal to share", p), p
+    a, b, c = (dirs_of(v)[0] for v in (VLLM, {**VLLM, "kvprov_vllm_offload_block_size": 32},
+                                       {**VLLM, "kvprov_engine_namespace": "other"}))
+    assert len({a, b, c}) == 3 and c.startswith("/mnt/kvcache/kv/vllm_offload/other-")
 
 
-def test_keying_engine_arguments_and_the_owner_must_agree_too():
-    a = {**VLLM, "kvprov_engine_extra_args": ["--kv-cache-dtype", "fp8"], "kvprov_engine_uid": 2001}
-    b = {**VLLM, "kvprov_engine_extra_args": ["--kv-cache-dtype=auto"], "kvprov_engine_uid": 2002}
-    problems = found(fleet({"a": a, "b": b}))
-    assert [p.split(":")[0] for p in problems] == ["error b kvprov_engine_extra_args", "error b kvprov_engine_uid"]
-    assert "--kv-cache-dtype auto differs from host a's fp8" in problems[0]
-    assert "uid owns the namespace's files" in problems[1]
+def test_keying_engine_arguments_split_namespaces_and_the_owner_must_agree_within_one():
+    a = {**VLLM, "kvprov_engine_extra_args": ["--kv-cache-dtype", "fp8"]}
+    b = {**VLLM, "kvprov_engine_extra_args": ["--kv_cache_dtype=auto"]}
+    [p] = found(fleet({"a": a, "b": b}))
+    assert p.startswith("warning b kvprov_engine_namespace") and "arg --kv-cache-dtype 'auto' (host a: 'fp8')" in p
+    [p] = found(fleet({"a": a, "b": {**a, "kvprov_engine_uid": 2002}}))
+    assert p.startswith("error b kvprov_engine_uid: 2002 differs from host a's 2001") and "uid owns" in p
     # the same settings: no finding; one host's own two instances: nothing to compare
     assert found(fleet({"a": a, "b": {**a}})) == []
 

@@ -32,7 +32,9 @@ def test_lab_render_lists_every_managed_file(tmp_path):
     assert tomllib.loads((host / "etc/kvprov/nixl_backend_config.toml").read_text()) == {
         "plugin": {"posix": {"active": True, "use_aio": False}},
         # SGLang's L3 cleaner, on at kvprov's marks (no kvprov evictor for sglang_hicache)
-        "l3_cleaner_enabled": True, "l3_cleaner_high_watermark": 85, "l3_cleaner_low_watermark": 70}
+        "l3_cleaner_enabled": True, "l3_cleaner_high_watermark": 85, "l3_cleaner_low_watermark": 70,
+        # the timeout prefetch policy's deadline: a hung storage delays a request, never holds it
+        "prefetch_timeout_base": 1.0, "prefetch_timeout_per_ki_token": 0.1}
 
 
 def test_production_render_uses_gds_mt_files_layout_and_per_host_dirs(tmp_path):

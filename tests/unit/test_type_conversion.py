@@ -81,6 +81,7 @@ def inventory(path, values: str):
                 kvprov_gds_mode: required
                 kvprov_engine: vllm_offload
                 kvprov_engine_model_path: /models/m
+                kvprov_engine_uid: 2001
                 kvprov_engine_install: false
         """) + textwrap.indent(textwrap.dedent(values), " " * 8) + "      hosts:\n        gpu1: {}\n")
     return path

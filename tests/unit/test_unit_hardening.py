@@ -70,7 +70,7 @@ def test_the_api_key_reaches_no_rendered_file(tmp_path):
     key.chmod(0o600)
     inv = tmp_path / "inv.yml"
     inv.write_text("all:\n  children:\n    gpu_nodes:\n      vars:\n        kvprov_storage_profile: local\n"
-                   "        kvprov_storage_pnfs_layout: none\n"
+                   "        kvprov_storage_pnfs_layout: none\n        kvprov_engine_model_revision: 0123abc\n"
                    f"        kvprov_engine_api_key_file: {key}\n        kvprov_engine_host: 0.0.0.0\n        kvprov_engine_clients: [10.0.0.0/8]\n"
                    "      hosts:\n        s1:\n        m1:\n          kvprov_engine: lmcache_mp\n")
     r = kvprov("render", str(inv), "--out", str(tmp_path / "out"))
