@@ -1,14 +1,16 @@
 """Two hosts' evictors on one namespace, for a lab test (not collected: no test_ prefix).
 
 `contend(ssh_a, ssh_b, directory)` plants files in a directory both hosts see (a shared
-namespace), some of them read a minute ago, starts kvprov-evict on both hosts at the same
-instant (each sleeps until one agreed epoch second, then execs the evictor as the engine user)
-and returns what each did, parsed from its output, and what is left. A lab test then asserts:
+namespace), some of them read a minute ago, and makes the two hosts contend by construction:
+host B holds the lease while host A's evictor starts (A must be turned away); then it starts
+kvprov-evict on both hosts at the same instant (each sleeps until one agreed epoch second, then
+execs the evictor as the engine user) and returns what each did, parsed from its output, and
+what is left. A lab test then asserts:
 
     r = contend(ssh_c1, ssh_c2, "/srv/kvcache/kv/vllm_offload/tiny")
     assert r["a"]["rc"] == 0 and r["b"]["rc"] == 0, r
     assert not r["overlap"], r                      # never at once
-    assert r["contended"], r                        # ... although they ran at the same time
+    assert r["contended"], r                        # A turned away while B held the lease
     assert r["recent_kept"] == r["recent"], r       # nothing read within the guard time removed
     assert r["under_quota"], r                      # the namespace under its quota's low mark
 
@@ -70,6 +72,21 @@ for root, dirs, files in os.walk(d):
 print(json.dumps(out))
 """ % LEASE
 
+# Hold DIR's lease as an evictor does (an fcntl lock on the lease file, opened without following a
+# link) until the release file exists (at most `limit` seconds); the held file says it is taken.
+HOLD = """
+import fcntl, os, sys, time
+d, lease, held, release, limit = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+fd = os.open(os.path.join(d, lease), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+open(held, "w").close()
+end = time.time() + limit
+while not os.path.exists(release) and time.time() < end:
+    time.sleep(0.1)
+os.close(fd)
+print("released")
+"""
+
 # Sleep until the agreed instant, then become the evictor (same process: no extra start-up).
 GO = """
 import os, sys, time
@@ -105,6 +122,31 @@ def parse(out: str) -> dict:
             "under_marks": ": under the marks " in out}
 
 
+def _turned_away(ssh_a: Ssh, ssh_b: Ssh, user: str, directory: str, argv: list[str]) -> bool:
+    """Host B holds the lease (HOLD) while host A's evictor runs: whether A said another evictor
+    holds it (and did nothing). Contention by construction, not by two starts meeting in time."""
+    held, release = "/tmp/kvprov-evict-test-held", "/tmp/kvprov-evict-test-release"
+    _checked(ssh_b, f"rm -f {held} {release}", "clear the hold markers")
+    holder: dict = {}
+    t = threading.Thread(target=lambda: holder.update(r=ssh_b(_py(user, HOLD, directory, LEASE, held, release, "120"))))
+    t.start()
+    try:
+        end = time.time() + 60
+        while ssh_b(f"test -e {held}")[0] != 0:
+            if time.time() > end or not t.is_alive():
+                raise RuntimeError(f"host B could not take the lease of {directory}: {holder.get('r')}")
+            time.sleep(0.2)
+        rc, out, err = ssh_a(_py(user, GO, "0", *argv))
+        if rc != 0:
+            raise RuntimeError(f"host A's evictor under a held lease -> {rc}\n{out[-2000:]}\n{err[-2000:]}")
+        result = parse(out)
+        return result["refused"] and result["held"] is None and result["removed"] == 0
+    finally:
+        ssh_b(f"touch {release}")
+        t.join(150)
+        ssh_b(f"rm -f {held} {release}")
+
+
 def contend(ssh_a: Ssh, ssh_b: Ssh, directory: str, *, user: str = "kvprov-engine",
             evictor: str = "/usr/local/sbin/kvprov-evict", files: int = 40, size: int = 256 << 10,
             recent: int = 3, bulk: int = 3000, max_bytes: int | None = None, high: int = 85, low: int = 70,
@@ -132,10 +174,12 @@ def contend(ssh_a: Ssh, ssh_b: Ssh, directory: str, *, user: str = "kvprov-engin
         raise RuntimeError(f"host B does not see what host A planted in {directory}: "
                            f"{len(seen_b)} files there, {len(before)} planted")
 
-    rc, now, _ = ssh_a("date +%s.%N")
-    at = (float(now) if rc == 0 else time.time()) + start_in
     argv = [evictor, "--high-percent", str(high), "--low-percent", str(low), "--max-bytes", str(quota),
             "--keep-minutes", str(keep_minutes), directory]
+    turned_away = _turned_away(ssh_a, ssh_b, user, directory, argv)
+
+    rc, now, _ = ssh_a("date +%s.%N")
+    at = (float(now) if rc == 0 else time.time()) + start_in
     results: dict[str, tuple[int, str, str]] = {}
 
     def run(name: str, ssh: Ssh) -> None:
@@ -159,7 +203,7 @@ def contend(ssh_a: Ssh, ssh_b: Ssh, directory: str, *, user: str = "kvprov-engin
     left_bytes = sum(v[0] for v in after.values())
     out.update({
         "overlap": bool(ha and hb and ha[0] < hb[1] and hb[0] < ha[1]),
-        "contended": out["a"]["refused"] != out["b"]["refused"],
+        "contended": turned_away,
         "recent": planted["recent"],
         "recent_kept": [n for n in planted["recent"] if n in after],
         "planted_bytes": planted_bytes,

@@ -421,9 +421,10 @@ def gpu1_first_missing(mount: str, relative: str) -> str | None:
 
 
 def test_two_hosts_evictors_on_one_namespace_take_turns_keep_recent_files_and_meet_the_quota(engine):
-    """kvprov-evict as deployed on both containers (the engine user, uid 2001 on each), started at
-    one instant on a directory both see: never both at once (the lease), nothing read within the
-    guard time removed, the directory under its quota's low mark (tests/lab/evict_lab.py)."""
+    """kvprov-evict as deployed on both containers (the engine user, uid 2001 on each) on a
+    directory both see: one turned away while the other holds the lease, then both started at one
+    instant never at once, nothing read within the guard time removed, the directory under its
+    quota's low mark (tests/lab/evict_lab.py)."""
     from tests.lab.evict_lab import contend
 
     def on(addr):
@@ -433,9 +434,18 @@ def test_two_hosts_evictors_on_one_namespace_take_turns_keep_recent_files_and_me
         return run
 
     directory = f"{topology.CONTAINER_KV}/kv/evict-lab"
+    # the peer as a deploy leaves it (the cross-host test deploys it; alone, this test does): the
+    # engine user with the lab's uid, and the evictor
+    peer = (f"10.98.{PEER}.2", 22)
+    evictor = (ROOT / "roles/engine/files/kvprov-evict.py").read_text()
+    r = subprocess.run([*ssh_args(*peer), "id -u kvprov-engine >/dev/null 2>&1 || useradd --system --uid 2001 "
+                        "--user-group --no-create-home --shell /usr/sbin/nologin kvprov-engine; "
+                        "test -x /usr/local/sbin/kvprov-evict || { cat > /usr/local/sbin/kvprov-evict && chmod 0755 /usr/local/sbin/kvprov-evict; }"],
+                       input=evictor, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and ssh(*peer, "id -u kvprov-engine", timeout=30).stdout.strip() == "2001", r
     sh(f"install -d -o kvprov-engine -g kvprov-engine -m 0750 {directory}")
     try:
-        r = contend(on(ADDR), on((f"10.98.{PEER}.2", 22)), directory)
+        r = contend(on(ADDR), on(peer), directory)
     finally:
         sh(f"rm -rf {directory}")
     print({k: v for k, v in r.items() if k not in ("a", "b")})
