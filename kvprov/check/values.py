@@ -279,6 +279,13 @@ REPLACED_OPTIONS = {
     "rsize": "kvprov_storage_rsize",
     "wsize": "kvprov_storage_wsize",
     "lookupcache": "kvprov_storage_lookupcache",
+    "hard": "kvprov_storage_soft",
+    "soft": "kvprov_storage_soft",
+    "softerr": "kvprov_storage_soft",
+    "softreval": "kvprov_storage_soft",
+    "nosoftreval": "kvprov_storage_soft",
+    "timeo": "kvprov_storage_timeo",
+    "retrans": "kvprov_storage_retrans",
 }
 
 
@@ -815,6 +822,8 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_storage_max_connect": int_range(1, 16),
     "kvprov_storage_nconnect": int_range(0, 16, note=" (0 leaves nconnect unset)"),
     "kvprov_storage_mount_timeout": int_range(1, note=" (seconds)"),
+    "kvprov_storage_timeo": int_range(1, 600, note=" (tenths of a second, as nfs(5) counts them)"),
+    "kvprov_storage_retrans": int_range(0, 10),
     "kvprov_host_memory_mb": int_range(0, note=" (MiB of host memory, MemTotal; 0: read on the host by the preflight)"),
     "kvprov_sglang_tp_size": int_range(1),
     "kvprov_sglang_page_size": int_range(1),

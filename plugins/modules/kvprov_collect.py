@@ -65,6 +65,8 @@ FILE_MODULES = "proc/modules"
 FILE_RDMA_LINK = "rdma_link.txt"
 FILE_IP_ADDR = "ip_addr.txt"
 FILE_IO_PROBE = "io_probe.json"
+# What a soft NFS mount answers when its server does not (EIO; ETIMEDOUT with softerr).
+NOT_ANSWERING = re.compile(r"\[Errno (5|110)\]")
 FILE_GDSCHECK = "gdscheck.txt"
 FILE_GPU = "gpu.json"
 FILE_CUFILE = "cufile.json"
@@ -493,6 +495,8 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
             result.update(json.loads(so))
         else:
             result["error"] = (se.strip().splitlines() or ["failed"])[-1]
+            if NOT_ANSWERING.search(result["error"]):  # a soft mount gave up on its server: as good as hung
+                hung = f"not run: the KV mount's server did not answer the I/O probe ({result['error'][-120:]})"
         out[FILE_IO_PROBE] = json.dumps(result, indent=2)
 
     for name, path in ((FILE_MOUNTINFO, "/proc/self/mountinfo"), (FILE_MOUNTSTATS, "/proc/self/mountstats")):

@@ -123,9 +123,9 @@ def test_controller_killed_in_the_middle_of_a_deploy_then_the_rerun_converges(la
 
 
 def test_nfs_server_gone_during_a_deploy_fails_that_host_in_bounded_time_and_others_finish(lab, storage_alone, tmp_path):
-    """A hard NFS mount whose server stops answering blocks stat() for ever: the deploy tasks
-    that touch it give up after kvprov_storage_mount_timeout and say why; the other host
-    (local profile) finishes. The testinfra probe of the mount gives up too."""
+    """An NFS mount whose server stops answering: the deploy tasks that touch it give up (the soft
+    mount's EIO after timeo x (retrans + 1), or kvprov_storage_mount_timeout on a hard one) and say
+    why; the other host (local profile) finishes. The testinfra probe of the mount gives up too."""
     inv = copy_inventory(lab, tmp_path / "inventory.yml", gpu_vars={"kvprov_storage_mount_timeout": 15})
     sh(STORAGE, "systemctl stop nfs-server")
     try:
@@ -143,7 +143,8 @@ def test_nfs_server_gone_during_a_deploy_fails_that_host_in_bounded_time_and_oth
     assert r.returncode == 1, r.stdout + r.stderr
     assert result["hosts"]["kvlab-c1"]["failed"] == 0 and result["hosts"]["kvlab-gpu1"]["failed"] == 1
     [failure] = result["failures"]
-    assert failure["host"] == "kvlab-gpu1" and "timed out" in failure["message"].lower(), failure
+    assert failure["host"] == "kvlab-gpu1" and any(
+        why in failure["message"].lower() for why in ("timed out", "input/output error")), failure
     print(f"deploy with the NFS server gone: {seconds:.0f}s")
     assert infra.returncode == 1 and "did not finish within 5s: the KV mount does not answer" in infra.stdout, \
         infra.stdout[-3000:]

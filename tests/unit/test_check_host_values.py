@@ -345,8 +345,8 @@ def test_proto_belongs_to_the_profile():
 
 
 def test_extra_options_only_ansible_can_read_are_left_alone():
-    assert problems(kvprov_storage_extra_options=["hard", "{{ more }}"]) == []
-    assert problems(kvprov_storage_extra_options=["hard", 5]) == [
+    assert problems(kvprov_storage_extra_options=["noatime", "{{ more }}"]) == []
+    assert problems(kvprov_storage_extra_options=["noatime", 5]) == [
         "error kvprov_storage_extra_options: item 2: expected a string, got the number 5"]
 
 

@@ -123,7 +123,7 @@ def test_secret_file_holds_one_printable_line_and_is_private(tmp_path):
 def test_extra_options_that_a_variable_sets_name_it_and_why_4_0_is_refused():
     tail = ": remove it from the extra options and set that variable"
     v40 = ' ("4.1" or "4.2"); NFSv4.0 cannot do pNFS'
-    assert [f.message for f in check.extra_options(["hard", "vers=4", "nfsvers=4.0", "minorversion=0",
+    assert [f.message for f in check.extra_options(["noatime", "vers=4", "nfsvers=4.0", "minorversion=0",
                                                     "minorversion=1", "vers=4.2", "port", 7])] == [
         f'"vers=4" is set by kvprov_storage_nfs_version{tail}{v40} and vers=4 can land on 4.0',
         f'"nfsvers=4.0" is set by kvprov_storage_nfs_version{tail}{v40}',
@@ -132,7 +132,11 @@ def test_extra_options_that_a_variable_sets_name_it_and_why_4_0_is_refused():
         f'"vers=4.2" is set by kvprov_storage_nfs_version{tail}',
         f'"port" is set by kvprov_storage_nfs_port{tail}',
     ]
-    assert [f.path for f in check.extra_options(["hard", "rsize=1", "wsize=2"])] == [(1,), (2,)]
+    assert [f.path for f in check.extra_options(["noatime", "rsize=1", "wsize=2"])] == [(1,), (2,)]
+    # soft or hard, and how long a call waits, are the variables' (#37: a KV mount is soft by default)
+    assert [f.message for f in check.extra_options(["hard", "timeo=600", "retrans=5", "softerr"])] == [
+        f'"hard" is set by kvprov_storage_soft{tail}', f'"timeo=600" is set by kvprov_storage_timeo{tail}',
+        f'"retrans=5" is set by kvprov_storage_retrans{tail}', f'"softerr" is set by kvprov_storage_soft{tail}']
 
 
 def test_int_range_says_the_range_or_the_nearest_multiple():

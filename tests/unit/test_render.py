@@ -27,7 +27,7 @@ def test_lab_render_lists_every_managed_file(tmp_path):
     assert len(files) == 8
     mount = (host / "etc/systemd/system/mnt-kvcache.mount").read_text()
     assert "What=10.99.1.1:/kv" in mount
-    assert "Options=vers=4.1,proto=rdma,port=20049,rsize=262144,wsize=262144,hard,max_connect=16,lookupcache=positive,write=eager,nosuid,nodev,noexec,_netdev" in mount
+    assert "Options=vers=4.1,proto=rdma,port=20049,rsize=262144,wsize=262144,soft,timeo=20,retrans=1,softreval,max_connect=16,lookupcache=positive,write=eager,nosuid,nodev,noexec,_netdev" in mount
     assert "blocklayoutdriver" in (host / "etc/modules-load.d/kvprov-nfs.conf").read_text()
     assert tomllib.loads((host / "etc/kvprov/nixl_backend_config.toml").read_text()) == {
         "plugin": {"posix": {"active": True, "use_aio": False}},
