@@ -1,12 +1,16 @@
 """Where an engine instance's KV tier lives on the volume: a namespace every host shares, or
-a directory of its own. Pure functions (no I/O); the engine role derives the same paths in
-Jinja (roles/engine/vars/main.yml), and a unit test renders both and compares them.
+a directory of its own. Pure functions (no I/O); the engine role names the same directories
+through the collection's filters (plugins/filter/namespace.py calls this module), and a unit
+test renders both and compares them.
 
 A tier whose files are named by what they hold (a hash of the tokens, the model and the
-layout) can be shared: every host and instance that serves one model with one engine uses
-`<mount>/kv/<engine>/<namespace>`, so a prefix one host computed is served to every other
-from the volume. A tier that keeps its index in memory, or whose backend deletes its whole
-directory, keeps one directory per instance: `<mount>/<host>/<instance>`.
+layout) can be shared: every host and instance that serves one model with one engine and the
+same settings uses `<mount>/kv/<engine>/<namespace>-<fingerprint>`, so a prefix one host
+computed is served to every other from the volume. The fingerprint hashes everything that
+shapes the files' bytes or names (KEYING and the keying arguments and environment): hosts that
+differ in any of it never read each other's files, and a change starts a new namespace (#37).
+A tier that keeps its index in memory, or whose backend deletes its whole directory, keeps
+one directory per instance: `<mount>/<host>/<instance>`.
 """
 
 from __future__ import annotations

@@ -88,8 +88,10 @@ def wave(server) -> dict:
 
 def test_a_wave_on_a_healthy_server_is_delivered_whole(standins):
     d = wave(standins(token_delay=TOKEN_DELAY))
-    assert d["short"] is None, d
     assert d["in_flight"]["answered_peak"] == SETTINGS.users and len(d["sent_ms"]) == SETTINGS.users
+    # the server is never blamed; a client starved of CPU (a busy CI machine: all four sent 118 ms
+    # late once) may say so itself, which is that warning's job
+    assert d["short"] is None or "the engine answered" not in d["short"], d
 
 
 def test_a_wave_on_a_server_that_serves_one_connection_at_a_time_is_flagged(standins):
