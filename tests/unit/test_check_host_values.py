@@ -519,3 +519,28 @@ def test_every_system_directory_loader_variable_and_world_writable_directory():
         assert problems(kvprov_engine_environment={"PYTHONPATH": f"{d}/x"}) == [
             f"error kvprov_engine_environment: PYTHONPATH: {d}/x is in a world-writable directory: the engine would "
             "load code from it; name a root-owned directory"], d
+
+
+def test_a_wait_on_storage_without_a_bound_is_a_warning_and_the_deadline_a_positive_number():
+    """#37: SGLang's wait_complete waits for the storage for ever (a hung storage hangs every
+    request); timeout, the default, admits the request without its stored prefix after the deadline."""
+    [p] = problems(kvprov_sglang_hicache_prefetch_policy="wait_complete")
+    assert p.startswith("warning kvprov_sglang_hicache_prefetch_policy: wait_complete waits for the storage tier "
+                        "without a bound")
+    assert problems(kvprov_sglang_hicache_prefetch_policy="timeout") == []
+    assert problems(kvprov_sglang_hicache_prefetch_policy="best_effort") == []
+    # another engine does not read it: only the other-engine warning, not this one
+    other = problems(kvprov_engine="lmcache_mp", kvprov_sglang_hicache_prefetch_policy="wait_complete")
+    assert other and not [q for q in other if "without a bound" in q], other
+    assert problems(kvprov_sglang_hicache_prefetch_timeout_base=0) == [
+        "error kvprov_sglang_hicache_prefetch_timeout_base: must be more than 0, got 0"]
+    assert problems(kvprov_sglang_hicache_prefetch_timeout_per_ki_token=-0.1) == [
+        "error kvprov_sglang_hicache_prefetch_timeout_per_ki_token: must be 0 or more, got -0.1"]
+    assert problems(kvprov_sglang_hicache_prefetch_timeout_base=0.5, kvprov_sglang_hicache_prefetch_timeout_per_ki_token=0) == []
+
+
+def test_the_mount_waits_are_ranged():
+    assert problems(kvprov_storage_timeo=0) == [
+        "error kvprov_storage_timeo: 0 is out of range: must be 1..600 (tenths of a second, as nfs(5) counts them)"]
+    assert problems(kvprov_storage_retrans=11) == ["error kvprov_storage_retrans: 11 is out of range: must be 0..10"]
+    assert problems(kvprov_storage_soft=False, kvprov_storage_timeo=600, kvprov_storage_retrans=0) == []

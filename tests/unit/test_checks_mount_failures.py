@@ -213,6 +213,15 @@ def test_io_probe_without_size_or_time_names_the_probe_file():
     assert one(files, "mount.io_probe")[2] == "wrote and read back 4096 bytes in 0.50 s"
 
 
+def test_a_soft_mount_that_gave_up_names_the_degraded_tier_and_that_it_comes_back_by_itself():
+    files = {**FILES, "io_probe.json": b'{"ok": false, "error": "OSError: [Errno 5] Input/output error"}'}
+    status, _, found, fix = one(files, "mount.io_probe")
+    assert status == FAIL and "the KV tier is degraded" in found
+    assert fix.startswith("bring the storage back") and "with no restart" in fix
+    files = {**FILES, "io_probe.json": b'{"ok": false, "error": "OSError: [Errno 13] Permission denied"}'}
+    assert one(files, "mount.io_probe")[3].startswith("check permissions and space")
+
+
 def test_transport_of_a_tcp_profile_mounted_over_rdma_is_remounted_from_the_inventory():
     files = storage(transport="tcp")
     status, expected, found, fix = one(files, "mount.transport")

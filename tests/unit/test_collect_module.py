@@ -658,3 +658,24 @@ def test_files_that_cannot_be_read(host, monkeypatch):
     errors = json.loads(collector.collect(d, False, 4096, 10, "9.9")[bf.COLLECT])["errors"]
     assert errors[f"files{tmp}/etc/dir.conf"] == f"[Errno 21] Is a directory: '{tmp}/etc/dir.conf'"
     assert errors["files/etc/fstab"] == "[Errno 13] Permission denied"
+
+
+def test_a_soft_mount_that_gave_up_on_its_server_is_probed_no_further(host, monkeypatch):
+    """#37: the I/O probe's EIO from a soft mount whose server does not answer counts as a hung
+    mount: the storage directories are not stat'ed one by one (each would cost the soft timeout)."""
+    real = collector.run
+
+    def eio(cmd, timeout, stdin=None):
+        if len(cmd) > 2 and cmd[2] == collector.IO_PROBE:
+            return 1, "", "OSError: [Errno 5] Input/output error: '/mnt/kvcache/.kvprov-gpu_1'\n", False
+        return real(cmd, timeout, stdin)
+
+    monkeypatch.setattr(collector, "run", eio)
+    out = collector.collect(host["desired"], True, 4096, 10, "9.9", host["pending"])
+    io = json.loads(out[bf.IO_PROBE])
+    assert (io["ok"], io["timed_out"], io["error"]) == (
+        False, False, "OSError: [Errno 5] Input/output error: '/mnt/kvcache/.kvprov-gpu_1'")
+    hung = "not run: the KV mount's server did not answer the I/O probe (OSError: [Errno 5] Input/output error"
+    dirs = json.loads(out[bf.STORAGE_DIRS])
+    assert dirs["instances"]["main"]["error"].startswith(hung) and not dirs["instances"]["main"]["exists"], dirs
+    assert dirs["mount_point"]["usage"]["error"].startswith(hung), dirs
