@@ -123,6 +123,20 @@ def test_under_the_mark_nothing_is_removed(tmp_path, capsys):
     assert "under the marks" in capsys.readouterr().out
 
 
+def test_without_a_limit_of_its_own_the_volume_decides_before_any_scan(tmp_path, capsys, monkeypatch):
+    """#37: statvfs first; a directory with no --max-bytes on a volume under its high mark is not
+    walked at all (on a shared NFS namespace a walk costs minutes of metadata calls)."""
+    d = tmp_path / "inst"
+    fill(d, 4)
+    walked = []
+    monkeypatch.setattr(ev, "scan", lambda root: walked.append(root) or pytest.fail("scanned"))
+    assert ev.main(["--high-percent", "100", "--low-percent", "99", str(d)]) == 0  # 100 %: never reached here
+    assert not walked and capsys.readouterr().out.splitlines()[0].endswith("; not scanned")
+    monkeypatch.undo()
+    assert ev.main(["--max-bytes", str(du(d) * 2), str(d)]) == 0  # a limit of its own: the walk measures it
+    assert "directory" in capsys.readouterr().out
+
+
 def test_links_are_never_followed_and_nothing_outside_is_touched(tmp_path):
     d, outside = tmp_path / "inst", tmp_path / "outside"
     victims = fill(outside, 3, t0=T0 - 10**6)  # older than anything inside

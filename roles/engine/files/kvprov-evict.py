@@ -309,8 +309,14 @@ def main(argv: list[str] | None = None) -> int:
 def _run(root: int, d: str, a: argparse.Namespace) -> int:
     now = time.time()
     keep_since = now - 60 * a.keep_minutes if a.keep_minutes else math.inf
-    found = scan(root)
     vol = Volume.of(os.fstatvfs(root))
+    if not a.max_bytes and not need(vol, 0, 0, a.high_percent, a.low_percent, 0).reasons:
+        # no limit of its own and the volume under its marks: nothing can be due, so no scan (a
+        # namespace of millions of files on NFS costs minutes of metadata calls to walk)
+        print(f"{d}: under the marks ({a.high_percent}%/{a.low_percent}%): volume space "
+              f"{percent(vol.used, vol.size)}, inodes {percent(vol.inodes_used, vol.inodes)}; not scanned")
+        return 0
+    found = scan(root)
     want = need(vol, found.bytes, len(found.files), a.high_percent, a.low_percent, a.max_bytes)
     limit = f" of limit {human(a.max_bytes)}" if a.max_bytes else ""
     state = (f"volume space {percent(vol.used, vol.size)}, inodes {percent(vol.inodes_used, vol.inodes)}; "
