@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kvprov import paths  # noqa: E402
+from kvprov import paths, runner  # noqa: E402
 from kvprov.lab.ssh import ssh  # noqa: E402
 
 INVENTORY = "/var/lib/kvprov/lab/run/inventory.yml"
@@ -74,7 +74,7 @@ def audit_once(tmp: Path) -> set[str]:
 
 def ansible_check_once() -> set[str]:
     """ansible-playbook --check --diff of site.yml; the hosts it would change."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(paths.ansible_cfg()), "ANSIBLE_NOCOLOR": "1"}
+    env = {**os.environ, **runner.ansible_env()}  # the Ansible settings kvprov's own runs get
     r = subprocess.run(["ansible-playbook", "-i", INVENTORY, str(paths.playbooks_dir() / "site.yml"),
                         "--check", "--diff", "--limit", LIMIT], capture_output=True, text=True, env=env, cwd=ROOT)
     if r.returncode not in (0, 2):
