@@ -4,6 +4,7 @@ role defaults overlaid with its own values, every value it sets is a setting of 
 (as `kvprov check` gets them from a file, without the file's lines)."""
 
 import argparse
+import re
 import json
 
 import pytest
@@ -280,3 +281,87 @@ def test_hosts_of_one_model_in_other_namespaces_are_named_per_value_and_across_d
     # another LIF of the SVM: the same volume, the same finding
     assert found(fleet({"a": VLLM, "b": {**VLLM, "kvprov_storage_server": "10.0.0.6",
                                          "kvprov_vllm_offload_block_size": 32}})) == [block]
+
+
+# ---------------------------------------------------------------------------- namespaces (#37)
+
+def test_check_namespaces_lists_each_namespace_its_instances_and_keys_and_a_limit_keeps_its_own(tmp_path, capsys):
+    import yaml
+
+    from tests.unit.test_namespace import VLLM
+
+    inv = tmp_path / "inv.yml"
+    two = [{"name": "m1", "port": 8000}, {"name": "m2", "port": 8001}]
+    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
+        "a": {**VLLM, "kvprov_engine_instances": two}, "b": {**VLLM},
+        "c": {**VLLM, "kvprov_vllm_dtype": "float16"},
+        "s": {**NFS}}}}}}))  # SGLang: a directory per instance, no namespace
+
+    def args(**kw):
+        return argparse.Namespace(**{"inventory": str(inv), "more_inventory": [], "inventory_required": True,
+                                     "ansible_configured": True, "limit": None, "json": None, "namespaces": False,
+                                     **kw})
+
+    assert check.cmd_check(args(json="-")) == 0
+    found = json.loads(capsys.readouterr().out)["namespaces"]
+    assert [(n["engine"], n["instances"]) for n in found] == [("vllm_offload", ["a/m1", "a/m2", "b/main"]),
+                                                              ("vllm_offload", ["c/main"])]
+    first, other = found
+    assert re.fullmatch("/mnt/kvcache/kv/vllm_offload/Qwen-Qwen3-8B-[0-9a-f]{12}", first["path"])
+    assert first["path"] != other["path"] and (first["keys"]["kvprov_vllm_dtype"], other["keys"]["kvprov_vllm_dtype"]) \
+        == ("auto", "float16")
+    assert first["keys"]["kvprov_engine_model_revision"] == "0123abc" and first["keys"]["engine"] == "vllm_offload"
+    assert check.cmd_check(args(limit="c", json="-")) == 0
+    assert [n["instances"] for n in json.loads(capsys.readouterr().out)["namespaces"]] == [["c/main"]]
+    assert check.cmd_check(args(namespaces=True)) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"namespace {first['path']} (vllm_offload): a/m1, a/m2, b/main" in out
+    assert "    kvprov_vllm_dtype = 'float16'" in out and "    engine = 'vllm_offload'" not in out
+    assert check.cmd_check(args()) == 0 and "\nnamespace /" not in capsys.readouterr().out  # only when asked
+    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"s": {**NFS}}}}}}))
+    assert check.cmd_check(args(namespaces=True)) == 0
+    assert "no shared namespace" in capsys.readouterr().out
+
+
+def test_the_owner_must_agree_within_a_namespace_and_where_each_is_set_is_named():
+    from tests.unit.test_namespace import VLLM
+
+    assert found(fleet({"a": VLLM, "b": {**VLLM, "kvprov_engine_uid": 2002}})) == [
+        "error b kvprov_engine_uid: 2002 differs from host a's 2001, which shares the namespace "
+        + dirs_of_one(VLLM) + " on 10.0.0.5:/kvcache: the engine user's uid owns the namespace's files, so one host "
+        "could not read or evict the other's; make them equal"]
+    a = {k: v for k, v in VLLM.items() if k != "kvprov_engine_uid"}  # a's uid a role default (0): refused on NFS
+    problems = found(fleet({"a": a, "b": {**a, "kvprov_engine_uid": 2002}}))
+    assert "error b kvprov_engine_uid: 2002 differs from host a's 0 (a role default), which shares" in "".join(problems)
+    assert found(fleet({"a": VLLM, "b": {**VLLM, "kvprov_engine_uid": "{{ uid }}"}})) == []  # only Ansible knows it
+
+
+def dirs_of_one(values: dict) -> str:
+    from tests.unit.test_namespace import dirs_of
+
+    [d] = dirs_of(values)
+    return d
+
+
+def test_templated_keying_arguments_or_environment_are_not_compared_and_own_storage_dirs_skip_the_rules():
+    from tests.unit.test_namespace import VLLM
+
+    assert found(fleet({"a": VLLM, "b": {**VLLM, "kvprov_engine_extra_args": "{{ args }}"}})) == []
+    assert found(fleet({"a": VLLM, "b": {**VLLM, "kvprov_engine_environment": "{{ env }}"}})) == []
+    # a storage_dir of its own: the user's directory, not kvprov's namespace; its rules do not apply
+    own = [{"name": "main", "port": 8000, "storage_dir": "/mnt/kvcache/mine"}]
+    assert found(fleet({"a": {**VLLM, "kvprov_engine_uid": 0, "kvprov_engine_model_revision": "",
+                              "kvprov_engine_instances": own}})) == []
+
+
+def test_the_old_names_of_the_model_and_the_arguments_key_the_namespace_too():
+    from tests.unit.test_namespace import VLLM, dirs_of
+
+    base = {k: v for k, v in VLLM.items() if k != "kvprov_engine_model_path"}
+    assert dirs_of({**base, "kvprov_sglang_model_path": "/models/x"}) == dirs_of({**base, "kvprov_engine_model_path":
+                                                                                   "/models/x"})
+    assert dirs_of({**VLLM, "kvprov_sglang_extra_args": ["--kv-cache-dtype", "fp8"]}) == dirs_of(
+        {**VLLM, "kvprov_engine_extra_args": ["--kv-cache-dtype", "fp8"]}) != dirs_of(VLLM)
+    p, renamed = found(fleet({"a": {**VLLM, "kvprov_sglang_extra_args": ["--config", "x.yaml"]}}))
+    assert p.startswith("error a kvprov_sglang_extra_args: --config on the shared namespace")
+    assert renamed.startswith("warning a kvprov_sglang_extra_args: renamed kvprov_engine_extra_args")
