@@ -214,7 +214,9 @@ def cmd_check(args) -> int:
         hosts = [h for h in hosts if h in chosen]
         problems = [p for p in problems if p.host is None or p.host in chosen]
     ok = not has_errors(problems)
-    found = [{**n, "keys": {k: vault.hide(v) for k, v in n["keys"].items()}} for n in fleet_namespaces(sources)]
+    shown = args.json or getattr(args, "namespaces", False)  # a second reading of the inventory: only when asked
+    found = [{**n, "keys": {k: vault.hide(v) for k, v in n["keys"].items()}}
+             for n in (fleet_namespaces(sources) if shown else [])]
     if args.limit:
         found = [n for n in found if any(i.split("/")[0] in chosen for i in n["instances"])]
     data = json.dumps({"ok": ok, "hosts": hosts, "problems": [asdict(p) for p in problems], "namespaces": found},
