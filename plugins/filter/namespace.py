@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ansible.errors import AnsibleFilterError
+
 try:
     from kvprov import namespace, vault
 except ImportError:  # not installed: the repository this collection ships in
@@ -27,6 +29,10 @@ def kv_keying(engine: str) -> list[str]:
 
 
 def kv_namespace(values: dict, engine: str) -> str:
+    missing = [n for n in namespace.KEYING.get(engine, {}) if values.get(n) is None]
+    if missing:  # hashed as "" they would name another namespace than the one check and render show
+        raise AnsibleFilterError(f"kvprov cannot name the {engine} namespace here: {', '.join(missing)} not defined "
+                                 "(the engine's role is not loaded yet, or the value is null)")
     return namespace.namespace(engine, lambda name: vault.revealed(values.get(name)))
 
 

@@ -143,8 +143,10 @@ def test_a_file_one_client_writes_is_found_at_once_by_another_with_kvprovs_optio
 def test_nixl_config_unit_and_storage_dir_are_in_place(deployed):
     toml = tomllib.loads(sh(GPU1, "cat /etc/kvprov/nixl_backend_config.toml"))
     # SGLang's NIXL L3 cleaner set explicitly: no kvprov evictor for sglang_hicache (evict auto), so
-    # SGLang's own cleaner is on, at kvprov's marks (docs/capacity.md)
+    # SGLang's own cleaner is on, at kvprov's marks (docs/capacity.md); the timeout prefetch policy's
+    # deadline (#37: a hung storage delays a request by at most this, never holds it)
     assert toml == {"l3_cleaner_enabled": True, "l3_cleaner_high_watermark": 85, "l3_cleaner_low_watermark": 70,
+                    "prefetch_timeout_base": 1.0, "prefetch_timeout_per_ki_token": 0.1,
                     "plugin": {"posix": {"active": True, "use_aio": False}}}
     unit = "/etc/systemd/system/kvprov-sglang-main.service"
     # config only (kvprov_engine_install: false): no engine venv, so verify's one complaint owed is
