@@ -119,8 +119,7 @@ def test_storage_dir_on_tmp_is_caught(lab, tmp_path):
 def test_stopped_knfsd_is_caught_within_the_timeout(lab, storage_alone, tmp_path):
     """With the storage gone, `validate --timeout T` names it within T + 15 s (#28): once the volume
     did not answer the I/O probe, the collector probes it no further (one deadline, not one a probe).
-    The mount is soft (#37): the probe gets EIO after timeo x (retrans + 1), and validate names the
-    degraded tier."""
+    The mount is soft (#37): each of the probe's calls gets EIO after timeo x (retrans + 1)."""
     sh(STORAGE, "systemctl stop nfs-server")
     try:
         t0 = time.monotonic()
@@ -131,7 +130,10 @@ def test_stopped_knfsd_is_caught_within_the_timeout(lab, storage_alone, tmp_path
     print(f"\nvalidate --timeout 10 of kvlab-gpu1 and kvlab-c1, the storage gone: {seconds:.1f} s")
     assert r.returncode == 1
     probe = results[("kvlab-gpu1", "mount.io_probe")]
-    assert probe["status"] == "fail" and "the KV tier is degraded" in probe["found"], probe
+    # the soft mount's EIO (the KV tier is degraded), or, when the probe's calls add up past the
+    # timeout before the soft mount gives up on each, no answer within it
+    assert probe["status"] == "fail" and any(why in probe["found"] for why in (
+        "the KV tier is degraded", "server unreachable (no answer within 10 s)")), probe
     storage = results[("kvlab-gpu1", "engine.main.storage_dir")]
     assert storage["status"] == "fail" and "did not answer the I/O probe" in storage["found"], storage
     assert seconds <= 10 + DEADLINE_SLACK, f"{seconds:.1f} s"
