@@ -214,9 +214,9 @@ def cmd_check(args) -> int:
         hosts = [h for h in hosts if h in chosen]
         problems = [p for p in problems if p.host is None or p.host in chosen]
     ok = not has_errors(problems)
-    shown = args.json or getattr(args, "namespaces", False)  # a second reading of the inventory: only when asked
-    found = [{**n, "keys": {k: vault.hide(v) for k, v in n["keys"].items()}}
-             for n in (fleet_namespaces(sources) if shown else [])]
+    listed = getattr(args, "namespaces", False)
+    found = [{**n, "keys": {k: vault.hide(v) for k, v in n["keys"].items()}}  # a second reading: only when asked
+             for n in (fleet_namespaces(sources) if args.json or listed else [])]
     if args.limit:
         found = [n for n in found if any(i.split("/")[0] in chosen for i in n["instances"])]
     data = json.dumps({"ok": ok, "hosts": hosts, "problems": [asdict(p) for p in problems], "namespaces": found},
@@ -232,7 +232,7 @@ def cmd_check(args) -> int:
             write_file(args.json, data + "\n")
         for line in format_lines(problems):
             print(line)
-        if getattr(args, "namespaces", False):
+        if listed:
             print("\n".join(namespace_lines(found) or ["no shared namespace"]))
         print(summary(sources, hosts, problems))
     return EXIT_OK if ok else EXIT_USAGE

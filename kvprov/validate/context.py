@@ -10,7 +10,6 @@ register on import of kvprov.validate.checks.
 from __future__ import annotations
 
 import posixpath
-import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -39,18 +38,18 @@ class IoProbe:
     bytes: int | None
 
     def failure(self) -> str:
-        if self.timed_out:
-            secs = f" (no answer within {self.seconds:g} s)" if self.seconds is not None else ""
-            return f"hard mount hung: server unreachable{secs}"
         if self.not_answering:
-            return (f"the storage does not answer: the soft mount gave up ({show(self.error or '')}); the KV tier "
-                    "is degraded: the engines serve without it until the server answers again")
+            why = ((f"no answer within {self.seconds:g} s" if self.seconds is not None else "no answer")
+                   if self.timed_out else f"the soft mount gave up: {show(self.error or '')}")
+            return (f"the storage does not answer ({why}); the KV tier is degraded: the engines serve without it "
+                    "until the server answers again")
         return f"the write/read failed: {show(self.error or 'no error given')}"
 
     @property
     def not_answering(self) -> bool:
-        """A soft NFS mount's answer when its server does not: EIO (ETIMEDOUT with softerr)."""
-        return bool(re.search(r"\[Errno (5|110)\]", self.error or ""))
+        """The probe got no answer in time (a hung mount), or a soft NFS mount's answer when its server
+        does not give one (EIO; ETIMEDOUT with softerr)."""
+        return self.timed_out or bool(bf.collector.NOT_ANSWERING.search(self.error or ""))
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ FILE_MODULES = "proc/modules"
 FILE_RDMA_LINK = "rdma_link.txt"
 FILE_IP_ADDR = "ip_addr.txt"
 FILE_IO_PROBE = "io_probe.json"
-# What a soft NFS mount answers when its server does not (EIO; ETIMEDOUT with softerr).
+# What a soft NFS mount answers when its server does not (EIO; ETIMEDOUT with softerr); validate reads it too.
 NOT_ANSWERING = re.compile(r"\[Errno (5|110)\]")
 FILE_GDSCHECK = "gdscheck.txt"
 FILE_GPU = "gpu.json"

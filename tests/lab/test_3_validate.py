@@ -130,10 +130,9 @@ def test_stopped_knfsd_is_caught_within_the_timeout(lab, storage_alone, tmp_path
     print(f"\nvalidate --timeout 10 of kvlab-gpu1 and kvlab-c1, the storage gone: {seconds:.1f} s")
     assert r.returncode == 1
     probe = results[("kvlab-gpu1", "mount.io_probe")]
-    # the soft mount's EIO (the KV tier is degraded), or, when the probe's calls add up past the
-    # timeout before the soft mount gives up on each, no answer within it
-    assert probe["status"] == "fail" and any(why in probe["found"] for why in (
-        "the KV tier is degraded", "hard mount hung: server unreachable")), probe
+    # the soft mount's EIO, or no answer within the timeout when the probe's calls add up past it
+    # before the soft mount gives up on each: either way the tier is named degraded
+    assert probe["status"] == "fail" and "the KV tier is degraded" in probe["found"], probe
     storage = results[("kvlab-gpu1", "engine.main.storage_dir")]
     assert storage["status"] == "fail" and "did not answer the I/O probe" in storage["found"], storage
     assert seconds <= 10 + DEADLINE_SLACK, f"{seconds:.1f} s"

@@ -10,16 +10,16 @@ from tests.conftest import FIXTURES
 
 
 def test_io_probe_failure_says_hung_or_what_failed():
-    assert IoProbe(False, True, 30, None, None).failure() == "hard mount hung: server unreachable (no answer within 30 s)"
-    assert IoProbe(False, True, None, None, None).failure() == "hard mount hung: server unreachable"
+    tail = "; the KV tier is degraded: the engines serve without it until the server answers again"
+    assert IoProbe(False, True, 30, None, None).failure() == f"the storage does not answer (no answer within 30 s){tail}"
+    assert IoProbe(False, True, None, None, None).failure() == f"the storage does not answer (no answer){tail}"
     assert IoProbe(False, False, 1.5, "EIO", None).failure() == "the write/read failed: EIO"
     assert IoProbe(False, False, 1.5, None, None).failure() == "the write/read failed: no error given"
     # a soft mount's answer when its server does not (#37): EIO, or ETIMEDOUT with softerr
     for error in ("OSError: [Errno 5] Input/output error: '/mnt/kvcache/.kvprov-h'", "OSError: [Errno 110] timed out"):
         probe = IoProbe(False, False, 6.2, error, None)
         assert probe.not_answering and probe.failure() == (
-            f"the storage does not answer: the soft mount gave up ({error}); the KV tier is degraded: the engines "
-            "serve without it until the server answers again")
+            f"the storage does not answer (the soft mount gave up: {error}){tail}")
     assert not IoProbe(False, False, 1.5, "OSError: [Errno 28] No space left on device", None).not_answering
 
 

@@ -144,16 +144,12 @@ def mount_io_probe(c: Context) -> Result:
         size = f"{io.bytes} bytes" if io.bytes is not None else "the probe file"
         secs = f" in {io.seconds:.2f} s" if io.seconds is not None else ""
         return res(PASS, expected, f"wrote and read back {size}{secs}")
-    if io.timed_out:
-        fix = (f"check the data path to {c.d.server or 'the server'}: `ping` it from the data interface, "
-               "`rdma link`, the NetApp LIF (`network interface show`); with a hard mount every process that "
-               f"touches {c.d.mount_point} hangs until the server answers")
+    if io.not_answering:
+        fix = (f"bring the storage back: check {c.d.server or 'the server'} and the data path to it (`ping` it from "
+               "the data interface, `rdma link`, the NetApp LIF: `network interface show`); a soft mount answers "
+               "again by itself and the engines use the tier again with no restart (on a hard mount every process "
+               f"that touches {c.d.mount_point} hangs until the server answers)")
         return res(FAIL, expected, io.failure(), fix if c.d.is_nfs else f"check the disk under {c.d.mount_point}")
-    if io.not_answering and c.d.is_nfs:
-        return res(FAIL, expected, io.failure(),
-                   f"bring the storage back: check {c.d.server or 'the server'} and the data path to it (`ping` it from "
-                   "the data interface, `rdma link`, the NetApp LIF: `network interface show`); the mount answers "
-                   "again by itself and the engines use the tier again with no restart")
     fix = (f"check permissions and space on {c.d.mount_point} (`df {c.d.mount_point}`; NetApp: export-policy "
            "rules and root squash, `vserver export-policy rule show`)")
     return res(FAIL, expected, io.failure(), fix)
