@@ -112,3 +112,15 @@ def test_keying_arguments_are_read_as_the_engines_parsers_read_them():
     assert namespace.keying_args("--dtype x") == {} and namespace.keying_args(["--dtype"]) == {"--dtype": ""}
     assert [f for f, _ in namespace.refused_args(["--config=a.yaml", "--kv-transfer-config.kv_role", "x"])] == [
         "--config", "--kv-transfer-config.kv_role"]
+
+
+@pytest.mark.parametrize("engine, unit", [("vllm_offload", "kvprov-vllm-main.service"),
+                                          ("sglang_hicache", "kvprov-sglang-main.service")])
+def test_the_pinned_revision_reaches_the_engine(tmp_path, engine, unit):
+    """The revision that keys the namespace is the one the engine loads (--revision)."""
+    from tests.conftest import render_one_host
+
+    extra = {"kvprov_vllm_offload_cpu_bytes_to_use": 10**9} if engine == "vllm_offload" else {}
+    host = render_one_host(tmp_path, kvprov_engine=engine, kvprov_engine_model_revision="0123abc", **extra)
+    argv = (host / "etc/systemd/system" / unit).read_text().split()
+    assert argv[argv.index("--revision") + 1] == "0123abc"
