@@ -150,9 +150,9 @@ def engine(lab, lab_share, tmp_path_factory):
     PKI.update(engine_tls_files(tmp_path_factory.mktemp("pki"), ("127.0.0.1", *(f"10.98.{i}.2" for i in
                                                                               range(1, LAB_CONTAINERS + 1)))))
     ca = Path(PKI["kvprov_engine_tls_ca_file"]).read_text()
-    for i in range(1, LAB_CONTAINERS + 1):
-        subprocess.run([*ssh_args(f"10.98.{i}.2", 22), f"cat > {CA_IN_CONTAINER}"], input=ca, text=True, check=True,
-                       timeout=60)
+    for i in (INDEX, PEER):  # the peer only where it runs (a `lab up --containers 1` lab has none)
+        subprocess.run([*ssh_args(f"10.98.{i}.2", 22), f"cat > {CA_IN_CONTAINER}"], input=ca, text=True,
+                       check=i == INDEX, capture_output=True, timeout=60)
     inv = engine_inventory(d, INDEX)
     out = d / "deploy.json"
     r = kvprov("deploy", str(inv), "--json", str(out), timeout=1800)
@@ -455,6 +455,123 @@ def test_two_hosts_evictors_on_one_namespace_take_turns_keep_recent_files_and_me
     assert r["under_quota"] and r["removed_total"] == r["removed_said"] > 0, r
 
 
+# ---------------------------------------------------------------------------- same answers (#37)
+
+# One request, token for token: the tier may only make it faster. A prompt no other test or run
+# sends (about 2,300 tokens: 9 of LMCache's 256-token chunks), answered 16 tokens long.
+PROMPT = f"run {os.urandom(6).hex()}: " + " ".join(f"{w}{i % 97}" for i, w in enumerate(  # new in every run
+    ["namespace", "fingerprint", "greedy", "answer", "storage", "chunk", "restart", "tier"] * 70))
+ANSWERS = {}  # the tier's answer (inventory dtype), for the baseline test's engine with no tier at all
+
+
+def answers(prompt=PROMPT) -> dict:
+    """The token ids of a greedy completion (temperature 0) and of a seeded sample (temperature 1,
+    seed 37), 16 tokens each. The tiny random model's argmax is one token over and over, so the
+    greedy ids alone would hide a changed KV; the sample draws from the whole distribution at each
+    step, so a changed logit changes it. (Logprobs would show it too, but asking for them crashes
+    vLLM's CPU build: its sampler's torch.compile finds no compiler in the container.)"""
+    out = {}
+    for name, sampling in (("greedy", {"temperature": 0}), ("sampled", {"temperature": 1, "seed": 37})):
+        body = {"model": "tiny", "prompt": prompt, "max_tokens": 16, "return_token_ids": True, **sampling}
+        [choice] = json.loads(http("/v1/completions", body))["choices"]
+        assert len(choice["token_ids"]) == 16, choice
+        out[name] = choice["token_ids"]
+    return out
+
+
+def l2_counters() -> dict[str, float]:
+    """The LMCache server's L2 counters since its start (its Prometheus port, plain HTTP on loopback)."""
+    from kvprov.loadtest_metrics import parse_prometheus
+
+    text = sh("python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:19000/metrics', "
+              "timeout=10).read().decode())\"")
+    out = {}
+    for (name, _), value in parse_prometheus(text).items():
+        if name in ("lmcache_mp_lookup_hit_l2_tokens_total", "lmcache_mp_lookup_requested_tokens_total",
+                    "lmcache_mp_l2_store_completed_objects_chunks_total"):
+            out[name.removeprefix("lmcache_mp_").removesuffix("_total")] = out.get(name, 0.0) + value
+    return out
+
+
+def stored_after(before: dict[str, float], chunks: int, within: float = 60) -> dict[str, float]:
+    """Polls until the server has stored `chunks` more chunks in L2 than `before` (stores are async)."""
+    import time
+
+    end = time.monotonic() + within
+    while True:
+        now = l2_counters()
+        if now.get("l2_store_completed_objects_chunks", 0) - before.get("l2_store_completed_objects_chunks", 0) >= chunks:
+            return now
+        assert time.monotonic() < end, f"LMCache stored fewer than {chunks} chunks in {within}s: {before} -> {now}"
+        time.sleep(1)
+
+
+def namespace_of(inv: Path) -> str:
+    """The namespace directory kvprov check computes for this host of `inv`."""
+    r = kvprov("check", str(inv), "--namespaces", "--json", "-", timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    [path] = {n["path"] for n in json.loads(r.stdout)["namespaces"] if f"{HOST}/main" in n["instances"]}
+    return path
+
+
+def test_a_greedy_answer_served_from_the_tier_equals_the_cold_one_and_a_dtype_change_reads_nothing_of_the_old_namespace(
+        engine, tmp_path):
+    """The cache's bar (#37): a greedy completion whose prompt comes back from L2 after both units
+    restart (GPU, DRAM and L1 empty) is the cold one, token for token (the baseline test below
+    compares it with the same vLLM with no tier at all). Then a keying change made on the host
+    (the dtype, float32 -> bfloat16) lands in a new namespace: the first request reads nothing
+    from storage although the old namespace holds the prompt's chunks."""
+    inv, _ = engine
+    listing = f"find {INST_DIR} -type f -name '*.data' | sort"
+    files, before = set(sh(listing).split()), l2_counters()
+    cold = answers()
+    after = stored_after(before, 4)
+    assert after.get("lookup_hit_l2_tokens", 0) == before.get("lookup_hit_l2_tokens", 0), (before, after)
+    stored = sorted(set(sh(listing).split()) - files)  # this prompt's chunks
+    sh(f"systemctl restart {SERVER} {VLLM}")
+    wait_healthy()
+    warm = answers()
+    hits = l2_counters().get("lookup_hit_l2_tokens", 0)
+    print(f"{len(stored)} chunk files; cold {cold}\nfrom L2 ({hits:.0f} tokens) {warm}")
+    assert hits >= 1024 and len(stored) >= 4
+    assert warm == cold  # token for token
+    ANSWERS["tier"] = cold
+    # The comparison can fail: the same chunks zeroed in place (files this test made), served from L2
+    # as hits all the same (no engine checks a chunk's bytes), change the answer. This is what a
+    # namespace shared by hosts that disagree on a keying value would do.
+    sh(f"systemctl stop {VLLM} {SERVER} && for f in {' '.join(stored)}; do "
+       'dd if=/dev/zero of="$f" bs=$(stat -c %s "$f") count=1 conv=notrunc status=none; done')
+    sh(f"systemctl start {VLLM}")
+    wait_healthy()
+    wrong = answers()
+    hits = l2_counters().get("lookup_hit_l2_tokens", 0)
+    print(f"from zeroed chunks ({hits:.0f} tokens) {wrong}")
+    assert hits >= 1024 and wrong["sampled"] != cold["sampled"]
+    sh(f"rm -f {' '.join(stored)}")
+
+    data = yaml.safe_load(inv.read_text())
+    group = data["all"]["children"]["gpu_nodes"]["children"]["lab_engine"]["vars"]
+    assert group["kvprov_vllm_dtype"] == "float32"
+    group["kvprov_vllm_dtype"] = "bfloat16"
+    changed = tmp_path / "bf16.yml"
+    changed.write_text(yaml.safe_dump(data, sort_keys=False))
+    new = namespace_of(changed)
+    assert new != INST_DIR and os.path.dirname(new) == os.path.dirname(INST_DIR), (new, INST_DIR)
+    old_files = sh(listing)
+    r = kvprov("deploy", str(changed), "--tags", "engine", timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "--dtype bfloat16" in sh(f"cat {VLLM_UNIT}") and new in sh(f"systemctl cat {SERVER}")
+    wait_healthy()
+    before = l2_counters()
+    bf16 = answers()
+    after = stored_after(before, 4)
+    print(f"bfloat16, new namespace {new}: {bf16}; {after}")
+    assert after.get("lookup_hit_l2_tokens", 0) - before.get("lookup_hit_l2_tokens", 0) == 0, (before, after)
+    assert after.get("lookup_requested_tokens", 0) > before.get("lookup_requested_tokens", 0), (before, after)
+    assert int(sh(f"find {new} -type f -name '*.data' | wc -l")) >= 4
+    assert sh(listing) == old_files  # the old namespace, untouched
+
+
 def test_the_same_engine_without_the_tier_serves_nothing_from_storage_after_a_restart(engine, tmp_path):
     """The comparison the loadtest chart is for: the same vLLM, deployed as vllm_baseline (GPU
     prefix cache only), hits its prefix within a conversation but after a restart has nothing
@@ -478,6 +595,7 @@ def test_the_same_engine_without_the_tier_serves_nothing_from_storage_after_a_re
     unit = sh(f"cat {VLLM_UNIT}")
     assert "--kv-transfer-config" not in unit and "RequiresMountsFor" not in unit, unit
     wait_healthy()
+    uncached = answers()  # the same requests on the same vLLM with no tier, fresh (#37)
     r = kvprov("loadtest", str(baseline), "--prompt-tokens", "1024", "--turns", "2", "--users", "1",
                "--output-tokens", "8", "--replay", "--out", str(tmp_path), "--label", "baseline", timeout=1500)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -490,6 +608,11 @@ def test_the_same_engine_without_the_tier_serves_nothing_from_storage_after_a_re
     [row] = run["replay"]
     print(f"baseline replay after restart: {row}")
     assert row["storage_hit_tokens"] == 0 and row["hit_tokens"].get("vllm_prefix", 0) == 0, row
+    # the replay restarted the engine: a second cold run of its own is the first, token for token
+    # (greedy decoding is bit-stable here), and the tier's answer from L2 is both
+    assert answers() == uncached
+    if "tier" in ANSWERS:
+        assert ANSWERS["tier"] == uncached, (ANSWERS["tier"], uncached)
     # a concurrency sweep (#26): every point holds its sample size, and percentiles only where it supports them
     r = kvprov("loadtest", str(baseline), "--concurrency", "1,4", "--requests", "20", "--warmup", "4",
                "--prompt-tokens", "256", "--turns", "2", "--output-tokens", "8", "--out", str(tmp_path / "load"),
