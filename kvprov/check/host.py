@@ -52,6 +52,7 @@ def mount_rules(h: HostView) -> list[Problem]:
         out += _nfs_server_and_export(h, profile)
         out += _protocol(h, profile)
         out += _nconnect_and_trunking(h)
+        out += _local_locks(h)
     out += _bench_file_size(h)
     out += _ansible_host(h)
     if profile == "local" and h.get("kvprov_storage_pnfs_layout") not in (None, "none"):
@@ -140,6 +141,16 @@ def _protocol(h: HostView, profile: str) -> list[Problem]:
             msg = f'"proto={val}" contradicts profile {profile} (proto={own}): remove it'
         out.append(h.problem("kvprov_storage_extra_options", msg, i))
     return out
+
+
+def _local_locks(h: HostView) -> list[Problem]:
+    """The KV volume is shared: its evictors take turns through an fcntl lock that the server must
+    hold (roles/engine/files/kvprov-evict.py), so locks kept on the client only are refused (#37)."""
+    return [h.problem("kvprov_storage_extra_options",
+                      f'"{key if val is None else f"{key}={val}"}" keeps locks on this host only, but the KV volume is '
+                      "shared: the evictor's lease (an fcntl lock on the namespace) would no longer keep two hosts' "
+                      "evictors apart; remove it", i)
+            for key, val, i in _options(h) if key == "nolock" or (key == "local_lock" and val != "none")]
 
 
 def _nconnect_and_trunking(h: HostView) -> list[Problem]:

@@ -344,6 +344,15 @@ def test_proto_belongs_to_the_profile():
         "kvprov_storage_profile: netapp_pnfs_rdma"]
 
 
+def test_locks_the_server_does_not_hold_are_refused_on_the_shared_volume():
+    found = problems(kvprov_storage_extra_options=["nolock", "local_lock=flock,lock", "local_lock=none", "local_lock=all"])
+    tail = (" keeps locks on this host only, but the KV volume is shared: the evictor's lease (an fcntl lock on the "
+            "namespace) would no longer keep two hosts' evictors apart; remove it")
+    assert found == [f'error kvprov_storage_extra_options: "{o}"{tail}' for o in ("nolock", "local_lock=flock",
+                                                                                   "local_lock=all")]
+    assert problems(kvprov_storage_extra_options=["lock", "local_lock=none"]) == []
+
+
 def test_extra_options_only_ansible_can_read_are_left_alone():
     assert problems(kvprov_storage_extra_options=["noatime", "{{ more }}"]) == []
     assert problems(kvprov_storage_extra_options=["noatime", 5]) == [
