@@ -229,4 +229,6 @@ VALUE_RULES.update({
     "kvprov_engine_evict_interval_s": int_range(10, 86400, note=" (seconds between runs)"),
     "kvprov_engine_evict_keep_minutes": int_range(0, 43200, note=" (minutes a file used that recently is never "
                                                               "removed; 0: no guard; at most 30 days)"),
+    "kvprov_engine_evict_retire_days": int_range(0, 3650, note=" (days without any host's evictor before an old "
+                                                              "namespace is emptied; 0: never)"),
 })

@@ -58,7 +58,8 @@ for i in range(bulk):
 print(json.dumps({"recent": [os.path.basename(n) for n in names[:recent]], "now": now}))
 """.replace("T0", str(T0))
 
-# Every regular file below the directory (links not followed, the lease file left out):
+# Every regular file below the directory (links not followed, the evictor's own lease and
+# last-use marker left out):
 # {relative path: [allocated bytes, atime, mtime]}.
 LIST = """
 import json, os, stat, sys
@@ -67,10 +68,10 @@ for root, dirs, files in os.walk(d):
     for n in files:
         p = os.path.join(root, n)
         st = os.lstat(p)
-        if stat.S_ISREG(st.st_mode) and os.path.relpath(p, d) != %r:
+        if stat.S_ISREG(st.st_mode) and os.path.relpath(p, d) not in %r:
             out[os.path.relpath(p, d)] = [st.st_blocks * 512, st.st_atime, st.st_mtime]
 print(json.dumps(out))
-""" % LEASE
+""" % ((LEASE, ".kvprov-in-use"),)
 
 # Hold DIR's lease as an evictor does (an fcntl lock on the lease file, opened without following a
 # link) until the release file exists (at most `limit` seconds); the held file says it is taken.

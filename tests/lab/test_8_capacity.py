@@ -46,7 +46,7 @@ import json, os, stat
 out = []
 for e in os.scandir({INST_DIR!r}):
     st = e.stat(follow_symlinks=False)
-    if stat.S_ISREG(st.st_mode) and e.name != ".kvprov-evict.lock":  # the evictor's lease file stays
+    if stat.S_ISREG(st.st_mode) and e.name not in (".kvprov-evict.lock", ".kvprov-in-use"):  # the evictor's own
         out.append([e.name, st.st_blocks * 512])
 print(json.dumps(sorted(out)))
 """

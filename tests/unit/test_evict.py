@@ -379,3 +379,66 @@ def test_the_lease_file_is_not_counted_nor_removed(tmp_path):
         os.close(root)
     assert ev.main(["--max-bytes", "1", str(d)]) == 0
     assert (d / ".kvprov-evict.lock").exists() and not any(p.exists() for p in files)
+
+
+# ---------------------------------------------------------------------------- retiring old namespaces (#37)
+
+def test_retirable_siblings_are_the_same_prefix_with_another_fingerprint():
+    names = ["m-0123456789ab", "m-aaaaaaaaaaaa", "m-x-bbbbbbbbbbbb", "m-ABCDEF012345", "m-0123", "n-cccccccccccc", "m"]
+    assert ev.retirable(names, "m-0123456789ab") == ["m-aaaaaaaaaaaa"]
+    assert ev.retirable(names, "m-x-bbbbbbbbbbbb") == []
+    assert ev.retirable(names, "m") == []  # not a fingerprinted namespace: nothing is its sibling
+
+
+def test_a_sibling_no_evictor_ran_on_for_the_retire_days_is_emptied_and_nothing_else(tmp_path, capsys):
+    """The layout a keying change leaves: the model's new namespace beside the old one (no host's
+    evictor left on it), another live one, another model's, one from before the marker, and a
+    link to a directory outside. Only the old one loses its files, under its own lease."""
+    kv = tmp_path / "kv" / "lmcache_mp"
+    new, old, live = kv / "m-0000000000aa", kv / "m-0000000000bb", kv / "m-0000000000cc"
+    other, unmarked, outside = kv / "z-0000000000dd", kv / "m-0000000000ee", tmp_path / "outside"
+    fill(new, 1)
+    old_files = fill(old / "sub", 3) + fill(old, 1, prefix="top")
+    for d, age_days in ((old, 8), (live, 1), (other, 30)):
+        fill(d, 1, prefix="keep" if d != old else "x")
+        (d / ev.IN_USE).touch()
+        t = time.time() - age_days * 86400
+        os.utime(d / ev.IN_USE, (t, t))
+    old_files.append(old / "x000")
+    fill(unmarked, 2)
+    fill(outside, 2)
+    (kv / "m-0000000000ff").symlink_to(outside)
+    before = {p: p.stat().st_mtime for p in tmp_path.rglob("*") if p.is_file() and old not in p.parents}
+    assert ev.main(["--retire-days", "7", "--max-bytes", "0", str(new)]) == 0
+    out = capsys.readouterr().out
+    assert not any(p.exists() for p in old_files) and (old / "sub").is_dir()  # directories stay
+    assert (old / ".kvprov-evict.lock").exists() and (old / ev.IN_USE).exists()
+    assert f"{old}: an old namespace, no evictor has run on it since" in out and "removed 5 of 5 files" in out
+    assert f"{unmarked}: no {ev.IN_USE}: not retired" in out
+    assert all(p.exists() for p in before), "only the old namespace loses files"
+    assert (new / ev.IN_USE).stat().st_mtime > time.time() - 60  # this run marked its own namespace
+    assert str(live) not in out and str(other) not in out
+
+
+def test_retiring_keeps_files_used_within_the_guard_time_and_waits_for_the_siblings_lease(tmp_path, capsys):
+    kv = tmp_path / "kv"
+    new, old = kv / "m-0000000000aa", kv / "m-0000000000bb"
+    fill(new, 1)
+    [stale, recent] = fill(old, 2)
+    os.utime(recent, None)  # read just now: someone still uses it
+    (old / ev.IN_USE).touch()
+    os.utime(old / ev.IN_USE, (0, 0))
+    held = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], "
+                             "os.O_RDWR | os.O_CREAT, 0o600); fcntl.lockf(fd, fcntl.LOCK_EX); print('held', "
+                             "flush=True); time.sleep(60)", str(old / ".kvprov-evict.lock")], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert held.stdout.readline().strip() == "held"
+        assert ev.main(["--retire-days", "1", str(new)]) == 0
+        assert "another evictor holds its lease: not retired this run" in capsys.readouterr().out
+        assert stale.exists() and recent.exists()
+    finally:
+        held.kill()
+        held.wait()
+    assert ev.main(["--retire-days", "1", "--keep-minutes", "5", str(new)]) == 0
+    assert "removed 1 of 2 files" in capsys.readouterr().out and not stale.exists() and recent.exists()

@@ -65,6 +65,19 @@ def test_instances_sharing_a_directory_share_one_evictor(tmp_path):
     assert not (host / TOML).read_text().count("l3_cleaner")  # not SGLang: no cleaner keys
 
 
+def test_a_shared_namespaces_evictor_retires_the_models_old_namespaces_beside_it(tmp_path):
+    """#37: the evictor of the fingerprinted namespace may write to its parent (the engine's
+    namespaces, kvprov's) to empty the model's old ones; 0 turns it off, back to its own directory."""
+    from kvprov import check as check_module
+
+    for days, flag, writable in ((7, " --retire-days 7", "/srv/kvcache/kv/lmcache_mp"), (0, "", None)):
+        inv = lab_engine(tmp_path, kvprov_engine_evict_retire_days=days)
+        [d] = {n["path"] for n in check_module.fleet_namespaces([str(inv)])}
+        unit = (rendered(inv, tmp_path / f"out{days}") / UNITS / "kvprov-evict-main.service").read_text()
+        assert f"--keep-minutes 60{flag} {d}\n" in unit, unit
+        assert f"ReadWritePaths={writable or d}\n" in unit and f"RequiresMountsFor={d}\n" in unit
+
+
 # SGLang's prefetch deadline in the same TOML (the timeout policy's defaults: roles/sglang_hicache)
 DEADLINE = {"prefetch_timeout_base": 1.0, "prefetch_timeout_per_ki_token": 0.1}
 

@@ -3,7 +3,7 @@
 """kvprov-evict: keep one KV namespace (a directory on the shared volume) under its marks.
 
 Usage: kvprov-evict [--high-percent H] [--low-percent L] [--max-bytes B] [--keep-minutes K]
-                    [--dry-run] DIR
+                    [--retire-days D] [--dry-run] DIR
 
 One evictor at a time per directory, across hosts: it first takes the lease, an exclusive
 fcntl lock on DIR/.kvprov-evict.lock (NFSv4 locks hold across clients; the server frees the
@@ -20,6 +20,15 @@ never one used in the last K minutes. How much goes:
     they bring the volume under L percent; a directory never pays for what other tenants
     wrote, and never empties itself in one run because others fill the volume (a tenant that
     never evicts still makes each run take a share, until the volume is under H percent).
+Retiring old namespaces (--retire-days D): every run, on every host, first touches
+DIR/.kvprov-in-use, so its mtime is the last time any host's evictor ran for DIR. A keying change
+(kvprov/namespace.py) moves a model's hosts to a new namespace, PREFIX-<fingerprint>, beside the
+old one; the old one then has no evictor left. So after its own run, the evictor of a namespace
+PREFIX-<12 hex> looks at its siblings PREFIX-<12 hex other>: one whose .kvprov-in-use is older
+than D days is emptied (its regular files, never one used in the last K minutes), under that
+sibling's own lease. A sibling without the marker, a link, or on another filesystem is left
+alone; directories stay.
+
 "Used" is the later of a file's atime and mtime: the atime where the mount updates it
 (relatime: at the first read after a write, then once a day), the last write where it
 does not (noatime). See docs/capacity.md.
@@ -45,6 +54,7 @@ import errno
 import fcntl
 import math
 import os
+import re
 import stat
 import sys
 import time
@@ -54,6 +64,9 @@ MAX_DEPTH = 32  # directories below DIR (the engines use at most a few levels)
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 LEASE = ".kvprov-evict.lock"  # in DIR: the lock every evictor of DIR takes first, on any host
 LEASE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+IN_USE = ".kvprov-in-use"  # in DIR: its mtime is the last run of any host's evictor for DIR
+OWN_FILES = (LEASE, IN_USE)  # never counted, never removed
+FINGERPRINTED = re.compile(r"(.+)-[0-9a-f]{12}")  # a shared namespace's name: PREFIX-<fingerprint>
 WARNING = "<4>"  # journald's priority prefix (SyslogLevelPrefix=yes, systemd's default)
 
 
@@ -164,6 +177,26 @@ def open_root(path: str) -> int:
     return os.open(path, DIR_FLAGS)
 
 
+def mark_in_use(root: int) -> None:
+    """Touch DIR/.kvprov-in-use (created 0600 relative to DIR, never through a link)."""
+    fd = os.open(IN_USE, LEASE_FLAGS, 0o600, dir_fd=root)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.utime(fd)
+    finally:
+        os.close(fd)
+
+
+def retirable(names: list[str], own: str) -> list[str]:
+    """Pure: DIR's sibling namespaces, the same PREFIX with another fingerprint, sorted."""
+    m = FINGERPRINTED.fullmatch(own)
+    if not m:
+        return []
+    same = re.compile(re.escape(m.group(1)) + r"-[0-9a-f]{12}")
+    return sorted(n for n in names if n != own and same.fullmatch(n))
+
+
 def take_lease(root: int) -> int | None:
     """The lease of DIR (an fd): the lock file's fd, held until closed; None when another
     evictor (any process, any host) holds it. OSError when the file cannot be used: a link, a
@@ -198,7 +231,7 @@ def _scan(fd: int, parts: tuple[str, ...], dev: int, depth: int, out: Scan) -> N
         out.skipped += 1
         return
     for e in entries:
-        if not parts and e.name == LEASE:
+        if not parts and e.name in OWN_FILES:
             continue
         try:
             st = e.stat(follow_symlinks=False)  # fstatat(fd, name, AT_SYMLINK_NOFOLLOW)
@@ -272,12 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--low-percent", type=int, default=70, help="stop under this use (0..high-1)")
     p.add_argument("--max-bytes", type=int, default=0, help="the directory's own limit (0: none)")
     p.add_argument("--keep-minutes", type=int, default=60, help="never remove a file used this recently (0: none)")
+    p.add_argument("--retire-days", type=int, default=0,
+                   help="empty a sibling namespace no evictor has run on for this many days (0: never)")
     p.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     a = p.parse_args(argv)
     if not (1 <= a.high_percent <= 100 and 0 <= a.low_percent < a.high_percent and a.max_bytes >= 0
-            and a.keep_minutes >= 0):
+            and a.keep_minutes >= 0 and a.retire_days >= 0):
         p.error("need 1 <= --high-percent <= 100, 0 <= --low-percent < --high-percent, --max-bytes >= 0, "
-                "--keep-minutes >= 0")
+                "--keep-minutes >= 0, --retire-days >= 0")
     d = a.directory
     try:
         root = open_root(d)
@@ -286,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
               "(kvprov deploy creates it; a link there is refused)", file=sys.stderr)
         return 1
     try:
+        if not a.dry_run:
+            try:
+                mark_in_use(root)
+            except OSError as e:
+                print(f"{WARNING}{d}: cannot touch {IN_USE}: {e.strerror} (the evictors of newer namespaces may "
+                      f"take this one for abandoned after --retire-days)")
         try:
             lease = take_lease(root)
         except OSError as e:
@@ -298,12 +339,67 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         taken = time.time()
         try:
-            return _run(root, d, a)
+            rc = _run(root, d, a)
         finally:
             os.close(lease)  # closing the fd drops the lock
             print(f"{d}: released the lease, held {taken:.3f} to {time.time():.3f} (epoch seconds)")
     finally:
         os.close(root)
+    if a.retire_days:
+        retire(d, a)
+    return rc
+
+
+def retire(d: str, a: argparse.Namespace) -> None:
+    """Empty DIR's sibling namespaces that no evictor has run on for --retire-days (module doc)."""
+    parent, own = os.path.split(os.path.normpath(d))
+    now = time.time()
+    keep_since = now - 60 * a.keep_minutes if a.keep_minutes else math.inf
+    try:
+        top = os.open(parent, DIR_FLAGS)
+    except OSError as e:
+        print(f"{WARNING}{parent}: cannot open it to retire old namespaces: {e.strerror}")
+        return
+    try:
+        dev = os.fstat(top).st_dev
+        for name in retirable(os.listdir(top), own):
+            try:
+                sib = os.open(name, DIR_FLAGS, dir_fd=top)  # O_NOFOLLOW: a link is not entered
+            except OSError:
+                continue
+            try:
+                if os.fstat(sib).st_dev == dev:
+                    _retire(sib, f"{parent}/{name}", now - 86400 * a.retire_days, keep_since, a)
+            finally:
+                os.close(sib)
+    finally:
+        os.close(top)
+
+
+def _retire(sib: int, path: str, cutoff: float, keep_since: float, a: argparse.Namespace) -> None:
+    try:
+        st = os.stat(IN_USE, dir_fd=sib, follow_symlinks=False)
+    except OSError:
+        print(f"{path}: no {IN_USE}: not retired (no evictor of this kind has run on it)")
+        return
+    if not stat.S_ISREG(st.st_mode) or st.st_mtime >= cutoff:
+        return
+    try:
+        lease = take_lease(sib)
+    except OSError as e:
+        print(f"{WARNING}{path}: cannot take its lease: {e.strerror}; not retired")
+        return
+    if lease is None:
+        print(f"{path}: another evictor holds its lease: not retired this run")
+        return
+    try:
+        found = scan(sib)
+        run = evict(sib, found.files, Need(found.bytes, len(found.files), ()), a.dry_run, keep_since)
+    finally:
+        os.close(lease)
+    print(f"{path}: an old namespace, no evictor has run on it since {when(st.st_mtime)} (over {a.retire_days} "
+          f"days): {'would remove' if a.dry_run else 'removed'} {run.removed} of {len(found.files)} files, "
+          f"{human(run.freed)}")
 
 
 def _run(root: int, d: str, a: argparse.Namespace) -> int:
