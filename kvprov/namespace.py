@@ -197,7 +197,7 @@ def namespace(engine: str, get: Callable[[str], Any]) -> str:
     """A shared namespace's directory name: its readable part (kvprov_engine_namespace, else the
     model's name) and the fingerprint of everything that keys its files
     (Qwen-Qwen3-8B-3f2a9c0b1d4e)."""
-    base = get("kvprov_engine_namespace") or default_namespace(str(get("kvprov_engine_model_path") or ""))
+    base = get("kvprov_engine_namespace") or default_namespace(_canonical(get("kvprov_engine_model_path"), "str"))
     return f"{base}-{fingerprint(keys(engine, get))}"
 
 
