@@ -91,6 +91,29 @@ def test_choose_takes_the_least_recently_used_first():
     assert [f.parts for f in ev.choose(files, ev.Need(10**6, 0, ("r",)), keep_since=20)] == [("a",)]
 
 
+def test_the_marks_and_the_order_at_their_exact_boundaries():
+    """Each comparison at its edge (#41: the evictor under mutation): a mark reached exactly
+    counts, a need met exactly stops, whole bytes and files only."""
+    at = ev.need(ev.Volume(850, 1000, 0, 0), 100, 0, 85, 70, 0)  # the high mark reached exactly
+    assert at.bytes == 18 and isinstance(at.bytes, int)  # 150 over 70 %, 100/850 of it, rounded up
+    assert ev.need(ev.Volume(849, 1000, 0, 0), 100, 0, 85, 70, 0).reasons == ()
+    files = ev.need(ev.Volume(0, 1000, 850, 1000), 0, 85, 85, 70, 0)  # the inode mark reached exactly
+    assert files.files == 15 and isinstance(files.files, int)
+    own = ev.need(ev.Volume(0, 1000, 0, 0), 85, 0, 85, 70, 100)  # 85 % of the limit exactly
+    assert own.bytes == 15 and own.reasons == ("directory 85 B >= 85% of 100 B",)
+    odd = ev.need(ev.Volume(995, 999, 0, 0), 995, 0, 85, 70, 0)  # 70 % of 999 is 699 whole bytes
+    assert odd.bytes == 296 and isinstance(odd.bytes, int)
+    assert ev.share(0, 5, 10) == 0 and ev.share(-5, 5, 10) == 0 and ev.share(5, -5, 10) == 0
+    assert ev.share(5, 5, 0) == 0 and ev.share(5, 5, -1) == 0 and ev.share(1, 1, 1) == 1
+    files = [ev.Entry(10, 10, ("a",)), ev.Entry(20, 10, ("b",)), ev.Entry(30, 10, ("c",))]
+    assert [f.parts for f in ev.choose(files, ev.Need(20, 2, ("r",)))] == [("a",), ("b",)]  # met exactly: stop
+    assert [f.parts for f in ev.choose(files, ev.Need(0, 0, ("r",)))] == []
+    assert [f.parts for f in ev.choose(files, ev.Need(30, 0, ("r",)), keep_since=20)] == [("a",)]  # used at 20: kept
+    assert ev.human(1023) == "1023 B" and ev.human(1024) == "1.0 KiB" and ev.human(5 * 1024**3) == "5.0 GiB"
+    assert ev.human(3 * 1024**5) == "3072.0 TiB" and ev.when(None) == "-"
+    assert ev.percent(1, 0) == "n/a" and ev.percent(1, 8) == "12.5%"
+
+
 def test_the_script_is_rendered_unchanged():
     """Deploy and render pass it through the template engine: it must hold no Jinja syntax."""
     text = SCRIPT.read_text()

@@ -124,3 +124,22 @@ def test_the_pinned_revision_reaches_the_engine(tmp_path, engine, unit):
     host = render_one_host(tmp_path, kvprov_engine=engine, kvprov_engine_model_revision="0123abc", **extra)
     argv = (host / "etc/systemd/system" / unit).read_text().split()
     assert argv[argv.index("--revision") + 1] == "0123abc"
+
+
+def test_the_name_alone_moves_with_each_keying_value_and_not_with_a_spelling():
+    """The same table on kvprov/namespace.py alone (no inventory, no role defaults: fast enough to
+    run against each of its mutants): every variable, argument and variable of the environment
+    moves the name; a bool's spellings do not."""
+    for engine, table in namespace.KEYING.items():
+        base = {n: {"bool": False, "json": {}}.get(kind, "x") for n, kind in table.items()}
+        home = namespace.namespace(engine, base.get)
+        assert re.fullmatch(r"x-[0-9a-f]{12}", home), home
+        moved = [namespace.namespace(engine, {**base, n: CHANGED[n]}.get) for n in table]
+        moved += [namespace.namespace(engine, {**base, "kvprov_engine_extra_args": a}.get) for a in ARGS]
+        moved += [namespace.namespace(engine, {**base, "kvprov_engine_environment": e}.get) for e in ENV]
+        assert home not in moved and len(set(moved)) == len(moved), engine
+        for n, kind in table.items():
+            if kind == "bool":
+                assert {namespace.namespace(engine, {**base, n: s}.get) for s in (True, "yes", "true", 1)} == {
+                    namespace.namespace(engine, {**base, n: True}.get)} != {home}
+        assert namespace.namespace(engine, {**base, "kvprov_engine_namespace": "team"}.get).startswith("team-")
