@@ -22,7 +22,8 @@ Payloads:
                       gpu_block_size: block size the OffloadingConnector's
                       block_size must be a multiple of (default: --block-size
                       from argv, else 16, vLLM's CUDA default; CPU builds use 128)
-  lmcache_server_argv {"argv": [...args after -m lmcache.v1.multiprocess.server...]}
+  lmcache_server_argv {"argv": [...args after -m lmcache.v1.multiprocess.server...],
+                       "pythonpath": [dirs]}  (where a plugin adapter's module is, as PYTHONPATH)
   lmcache_yaml        {"text": "<LMCACHE_CONFIG_FILE contents>", "env": {}}
   sglang_argv         {"argv": [...sglang serve args...],
                        "files": {"/etc/kvprov/x.toml": "<text>"}, "env": {}}
@@ -325,6 +326,26 @@ def _vllm_lmcache_mp(ktc) -> dict:
 # ------------------------------------------------------------------ LMCache
 
 
+def _lmcache_plugin_config(config, pythonpath: list[str]) -> dict:
+    """The plugin's module imported (from `pythonpath`, the unit's PYTHONPATH) and its config
+    class resolved and built as LMCache's plugin factory does, without building the adapter."""
+    import importlib
+
+    from lmcache.v1.distributed.l2_adapters.base import L2AdapterInterface
+    from lmcache.v1.distributed.l2_adapters.plugin_l2_adapter import _resolve_config_class
+
+    sys.path[:0] = pythonpath
+    module = importlib.import_module(config.module_path)
+    adapter_cls = getattr(module, config.class_name)
+    assert issubclass(adapter_cls, L2AdapterInterface), adapter_cls
+    cfg = _resolve_config_class(module, config, adapter_cls).from_dict(config.adapter_params)
+    plain = {k: v for k, v in vars(cfg).items() if isinstance(v, (str, int, float, bool))}
+    if hasattr(cfg, "inner"):
+        plain["inner_config_class"] = type(cfg.inner).__name__
+        plain["inner"] = {k: v for k, v in vars(cfg.inner).items() if isinstance(v, (str, int, float, bool))}
+    return {"config_class": type(cfg).__name__, **plain}
+
+
 def _lmcache_server_argv(payload: dict) -> dict:
     import lmcache.v1.multiprocess.server as server
     from lmcache.v1.mp_observability.config import parse_args_to_observability_config
@@ -351,6 +372,8 @@ def _lmcache_server_argv(payload: dict) -> dict:
         d["config_class"] = type(a).__name__
         # the adapter's L2 eviction block as LMCache parsed it (None: LMCache never evicts from it)
         d["eviction"] = vars(a.eviction_config) if getattr(a, "eviction_config", None) is not None else None
+        if d["config_class"] == "PluginL2AdapterConfig":  # what LMCache's plugin factory makes of it
+            d["plugin"] = _lmcache_plugin_config(a, payload.get("pythonpath", []))
         adapters.append(d)
     return {
         "host": mp.host,

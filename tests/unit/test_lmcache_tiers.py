@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.required import engine_missing
+from tests.stall_dir import stall_dir
 import yaml
 
 from kvprov.validate import parsers
@@ -79,14 +80,29 @@ def inproc_yaml(rendered: Path, host: str) -> dict:
 # ---------------------------------------------------------------- what is rendered
 
 def test_the_default_mp_l2_is_fs_native_with_its_capacity_and_eviction_block(rendered):
+    """fs_native and fs come inside kvprov's fail-open adapter (LMCache's `plugin` type); the
+    eviction block is on the outer adapter, where LMCache's parser reads it, and on the inner one,
+    whose parser otherwise warns that nothing bounds the directory."""
+    eviction = {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}
+    failopen = {"lookup_timeout_s": 2.0, "probe_timeout_s": 2.0, "probe_interval_s": 5.0}
     l2 = l2_adapter(rendered, "mp-fsn")
-    storage_dir = l2.pop("base_path")
+    inner = l2["adapter_params"].pop("inner")
+    storage_dir = inner.pop("base_path")
     assert storage_dir.startswith("/srv/kvcache/")  # the instance's storage_dir attribute, as the engine role gives it
-    assert l2 == {"type": "fs_native", "use_odirect": False, "max_capacity_gb": 100.0,
-                  "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2},
-                  "relative_tmp_dir": ".tmp-mp-fsn-main"}
+    assert l2 == {"type": "plugin", "module_path": "kvprov_l2_failopen", "class_name": "FailOpenL2Adapter",
+                  "adapter_params": failopen, "eviction": eviction}
+    assert inner == {"type": "fs_native", "use_odirect": False, "max_capacity_gb": 100.0, "eviction": eviction,
+                     "relative_tmp_dir": ".tmp-mp-fsn-main"}
     fs = l2_adapter(rendered, "mp-fs")
-    assert fs == {"type": "fs", "base_path": fs["base_path"], "relative_tmp_dir": ".tmp-mp-fs-main"}
+    fs_inner = fs["adapter_params"].pop("inner")
+    assert fs_inner == {"type": "fs", "base_path": fs_inner["base_path"], "relative_tmp_dir": ".tmp-mp-fs-main"}
+    assert fs == {"type": "plugin", "module_path": "kvprov_l2_failopen", "class_name": "FailOpenL2Adapter",
+                  "adapter_params": failopen}
+    # the server loads it from kvprov's root-owned directory
+    unit = (rendered / "mp-fsn" / UNITS / "kvprov-lmcache-main.service").read_text()
+    assert 'Environment="PYTHONPATH=/usr/local/lib/kvprov-lmcache"' in unit or \
+        "Environment=PYTHONPATH=/usr/local/lib/kvprov-lmcache" in unit, unit
+    assert (rendered / "mp-fsn" / "usr/local/lib/kvprov-lmcache/kvprov_l2_failopen.py").is_file()
     assert l2_adapter(rendered, "mp-dyn") == {
         "type": "nixl_store_dynamic", "backend": "POSIX",
         "backend_params": {"use_direct_io": "true", "file_path": l2_adapter(rendered, "mp-dyn")["backend_params"]["file_path"]}}
@@ -155,18 +171,22 @@ def test_lmcache_parses_every_rendered_tier_and_its_eviction_block(rendered):
     mp = [h for h in HOSTS if h.startswith("mp-")]
     inproc = [h for h in HOSTS if h.startswith("in-")]
     payloads = [{"kind": "lmcache_server_argv",
-                 "argv": (a := argv_of(rendered / h / UNITS / "kvprov-lmcache-main.service"))[a.index("-m") + 2:]}
+                 "argv": (a := argv_of(rendered / h / UNITS / "kvprov-lmcache-main.service"))[a.index("-m") + 2:],
+                 "pythonpath": [str(rendered / h / "usr/local/lib/kvprov-lmcache")]}
                 for h in mp]
     payloads += [{"kind": "lmcache_yaml", "text": (rendered / h / "etc/kvprov/lmcache-main.yaml").read_text()}
                  for h in inproc]
     verdicts = dict(zip(mp + inproc, lmcache_parse(payloads)))
     assert {h: v["error"] for h, v in verdicts.items() if not v["ok"]} == {}
     adapters = {h: verdicts[h]["parsed"]["l2_adapters"] for h in mp}
-    assert {h: [a["config_class"] for a in v] for h, v in adapters.items()} == {
-        "mp-fsn": ["FSNativeL2AdapterConfig"], "mp-fs": ["FSL2AdapterConfig"],
+    assert {h: [a.get("plugin", a)["config_class"] for a in v] for h, v in adapters.items()} == {
+        "mp-fsn": ["FailOpenL2AdapterConfig"], "mp-fs": ["FailOpenL2AdapterConfig"],
         "mp-nixl": ["NixlStoreL2AdapterConfig"], "mp-dyn": ["DynamicNixlStoreL2AdapterConfig"]}
+    assert {h: adapters[h][0]["plugin"]["inner_config_class"] for h in ("mp-fsn", "mp-fs")} == {
+        "mp-fsn": "FSNativeL2AdapterConfig", "mp-fs": "FSL2AdapterConfig"}
     [fsn] = adapters["mp-fsn"]
-    assert fsn["max_capacity_gb"] == 100.0
+    assert fsn["plugin"]["inner"]["max_capacity_gb"] == 100.0
+    assert (fsn["plugin"]["lookup_timeout_s"], fsn["plugin"]["probe_interval_s"]) == (2.0, 5.0)
     assert {k: fsn["eviction"][k] for k in ("eviction_policy", "trigger_watermark", "eviction_ratio")} == {
         "eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}
     assert verdicts["in-fsd"]["parsed"]["extra_config"]["fs_connector_use_odirect"] is True
@@ -181,8 +201,9 @@ def test_without_the_eviction_block_lmcache_parses_no_l2_eviction(rendered):
     l2 = json.loads(argv[i])
     del l2["eviction"]
     argv[i] = json.dumps(l2)
-    [v] = lmcache_parse([{"kind": "lmcache_server_argv", "argv": argv}])
-    assert v["ok"] and v["parsed"]["l2_adapters"][0]["eviction"] is None
+    [v] = lmcache_parse([{"kind": "lmcache_server_argv", "argv": argv,
+                          "pythonpath": [str(rendered / "mp-fsn" / "usr/local/lib/kvprov-lmcache")]}])
+    assert v["ok"] and v["parsed"]["l2_adapters"][0]["eviction"] is None, v
 
 
 # ---------------------------------------------------------------- the pool cleanup on real files
@@ -268,9 +289,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(argv: list[str], log: Path) -> subprocess.Popen:
+def start_server(argv: list[str], log: Path, pythonpath: Path | None = None) -> subprocess.Popen:
     env = {"PATH": "/usr/bin:/bin", "DO_NOT_TRACK": "1", "LMCACHE_TRACK_USAGE": "false", "PYTHONHASHSEED": "0",
-           "HOME": str(log.parent)}
+           "HOME": str(log.parent)} | ({"PYTHONPATH": str(pythonpath)} if pythonpath else {})
     return subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
@@ -342,29 +363,83 @@ def test_three_restarts_of_a_real_lmcache_server_orphan_no_pool_file(rendered, t
     assert len(files) == 2 * pool and seen[-1] < files
 
 
-def test_a_real_fs_native_server_takes_the_rendered_adapter_and_its_own_tmp_dir(rendered, tmp_path):
-    """The rendered fs_native adapter on a real LMCache MP server (CPU): it starts, with its L2
-    eviction controller, and makes the instance's temporary directory inside the storage directory."""
+def test_a_real_fs_native_server_starts_while_its_storage_hangs_and_takes_the_tier_when_it_answers(
+        rendered, tmp_path):
+    """The rendered fs_native adapter (inside kvprov's fail-open adapter, loaded from the rendered
+    PYTHONPATH) on a real LMCache MP server (CPU), its directory on a mount whose storage stops
+    answering before the server starts (tests/stall_dir.py). LMCache alone builds its adapter in
+    StorageManager.__init__ and would wait there; this server starts with the tier bypassed, and once
+    the storage answers, builds the adapter with its L2 eviction controller and makes the
+    instance's temporary directory inside the storage directory."""
     python = engine_python()
-    kv = tmp_path / "kv"
-    kv.mkdir()
-    argv = [python] + argv_of(rendered / "mp-fsn" / UNITS / "kvprov-lmcache-main.service")[1:]
-    i = argv.index("--l2-adapter") + 1
-    l2 = json.loads(argv[i])
-    l2["base_path"] = str(kv)
-    argv[i] = json.dumps(l2)
-    argv[argv.index("--l1-size-gb") + 1] = "0.25"
-    for flag in ("--port", "--prometheus-port"):
-        argv[argv.index(flag) + 1] = str(free_port())
-    log = tmp_path / "server.log"
-    proc = start_server(argv, log)
-    try:
-        wait_running(proc, log, kv, 0)
-    finally:
-        stop_server(proc)
+    with stall_dir(tmp_path / "backing", tmp_path / "kv") as stall:
+        argv = [python] + argv_of(rendered / "mp-fsn" / UNITS / "kvprov-lmcache-main.service")[1:]
+        i = argv.index("--l2-adapter") + 1
+        l2 = json.loads(argv[i])
+        l2["adapter_params"]["inner"]["base_path"] = str(stall.mount)
+        argv[i] = json.dumps(l2)
+        argv[argv.index("--l1-size-gb") + 1] = "0.25"
+        for flag in ("--port", "--prometheus-port"):
+            argv[argv.index(flag) + 1] = str(free_port())
+        log = tmp_path / "server.log"
+        stall.stop()
+        proc = start_server(argv, log, pythonpath=rendered / "mp-fsn" / "usr/local/lib/kvprov-lmcache")
+        try:
+            wait_logged(proc, log, "cache server is running")
+            assert "the MP server starts with the KV tier bypassed" in log.read_text()
+            assert "Created FS native L2 adapter" not in log.read_text()
+            stall.cont()
+            wait_logged(proc, log, "KV tier in use")
+        finally:
+            stop_server(proc)
     text = log.read_text()
     assert "Created FS native L2 adapter" in text and "Starting L2EvictionController" in text, text[-3000:]
-    assert [p.name for p in kv.iterdir()] == [".tmp-mp-fsn-main"] and (kv / ".tmp-mp-fsn-main").is_dir()
+    backing = tmp_path / "backing"
+    assert [p.name for p in backing.iterdir()] == [".tmp-mp-fsn-main"] and (backing / ".tmp-mp-fsn-main").is_dir()
+
+
+def wait_logged(proc: subprocess.Popen, log: Path, text: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        if proc.poll() is not None:
+            pytest.fail(f"the LMCache server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"the LMCache server did not log {text!r} in {timeout} s:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("inner", ["fs_native", "fs"])
+def test_the_rendered_fail_open_adapter_bounds_each_wait_on_storage_that_stops_answering(rendered, tmp_path, inner):
+    """kvprov's fail-open adapter as rendered, around LMCache's own adapter, driven as LMCache's
+    controllers drive it (tests/lmcache_failopen_drive.py), on storage that stops answering
+    (tests/stall_dir.py; SIGSTOP: calls wait, as on a black-holed server behind a hard mount)."""
+    python = engine_python()
+    with stall_dir(tmp_path / "backing", tmp_path / "kv") as stall:
+        r = subprocess.run([python, str(ROOT / "tests/lmcache_failopen_drive.py")], capture_output=True, text=True,
+                           timeout=300, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+                           input=json.dumps({"module_dir": str(rendered / "mp-fsn" / "usr/local/lib/kvprov-lmcache"),
+                                             "mount": str(stall.mount), "sftp_pid": stall.server.pid,
+                                             "inner_type": inner}))
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = json.loads(r.stdout.splitlines()[-1])
+    print(out)
+    # healthy: what is stored is found and loaded byte for byte
+    assert out["stored"] and out["healthy_lookup"][0] == [0, 1, 2] and out["status_healthy"] == "in use"
+    assert out["healthy_load"] == [[0, 1, 2], [True, True, True]]
+    # stopped: the lookup is answered "nothing there" by its deadline (1 s here), the tier bypassed:
+    # later lookups and stores are answered at once, also after probes that wait on the storage
+    found, took = out["stalled_lookup"]
+    assert found == [] and 1.0 <= took < 10, out
+    assert out["status_stalled"] == "bypassed"
+    assert out["bypassed_lookup"][0] == [] and out["still_stalled_lookup"][0] == [] and out["bypassed_store"] is False
+    assert out["bypassed_lookup"][1] < 1.0 and out["bypassed_store_s"] < 1.0, out
+    # answering again: the tier is in use again, with no restart, and its files load byte for byte
+    assert out["recovered_lookup"][0] == [0, 1, 2] and out["recovered_load"] == [[0, 1, 2], [True, True, True]]
+    # built while the storage hangs: bypassed after the deadline, in use once the storage answers
+    assert out["stalled_build_s"] < 10 and out["stalled_build_status"] == "bypassed"
+    assert out["stalled_build_lookup"][0] == [] and out["stalled_build_load"] == [[0, 1, 2], [True, True, True]]
+    # the control: LMCache's adapter alone did not answer the same lookup in 5 s
+    assert out["bare_stalled_lookup_answered"] is False
 
 
 # ---------------------------------------------------------------- kvprov check
