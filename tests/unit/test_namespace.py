@@ -105,7 +105,7 @@ def test_the_engine_role_renders_the_namespace_kvprov_check_computes(tmp_path):
     assert hosts == {"gpu-c01.corp.example.com", "gpu-c00.corp.example.com"}
     assert re.fullmatch("/mnt/kvcache/kv/vllm_offload/models-Qwen3-8B" + FP, root), root
     [mp] = out.glob("gpu-c02*/etc/systemd/system/kvprov-lmcache-gpu0-3.service")
-    adapter = json.loads(argument(mp, "--l2-adapter"))
+    adapter = json.loads(argument(mp, "--l2-adapter"))["adapter_params"]["inner"]  # inside kvprov's fail-open one
     assert adapter["type"] == "fs_native" and re.fullmatch("/mnt/kvcache/kv/lmcache_mp/models-Qwen3-8B" + FP,
                                                            adapter["base_path"]), adapter
     inproc = (out / "gpu-c03.corp.example.com/etc/kvprov/lmcache-gpu0-3.yaml").read_text()

@@ -361,6 +361,31 @@ def test_lmcache_mp_server_stopped(tmp_path):
               "vllm:external_prefix_cache_hits_total 2048)")
 
 
+def test_lmcache_mp_storage_is_read_inside_kvprovs_fail_open_adapter(tmp_path):
+    """As deployed (roles/lmcache_mp): the fs adapter inside kvprov's plugin adapter; validate reads
+    the inner adapter's directory. A plugin adapter that is not kvprov's names no directory."""
+    def wrapped(inner) -> dict:
+        return {"type": "plugin", "module_path": "kvprov_l2_failopen", "class_name": "FailOpenL2Adapter",
+                "adapter_params": {"inner": inner, "lookup_timeout_s": 2.0}}
+
+    b = EngineBundle(tmp_path, "lmcache_mp")
+    b.set_argv(server_unit("main"), lambda a: set_flag(a, "--l2-adapter", compact(wrapped(fs_l2(
+        "/var/lib/kvprov-engine/l2")))))
+    r = b.results()["engine.main.storage_env"]
+    assert (r.status, r.found) == (FAIL, "/var/lib/kvprov-engine/l2 (--l2-adapter fs, the running process): "
+                                         "/var/lib/kvprov-engine/l2 is not under the KV mount /mnt/kvcache: local disk")
+    b.set_argv(server_unit("main"), lambda a: set_flag(a, "--l2-adapter", compact(wrapped(fs_l2(
+        "/mnt/kvcache/kvlab-gpu1/main")))))
+    r = b.results()["engine.main.storage_env"]
+    assert (r.status, r.found) == (PASS, "/mnt/kvcache/kvlab-gpu1/main (--l2-adapter fs, the running process)")
+    for odd in ({"type": "plugin", "adapter_params": {"inner": "fs"}}, {"type": "plugin", "adapter_params": []},
+                {"type": "other", "adapter_params": {"inner": fs_l2("/mnt/kvcache/kvlab-gpu1/main")}}):
+        b.set_argv(server_unit("main"), lambda a, odd=odd: set_flag(a, "--l2-adapter", compact(odd)))
+        r = b.results()["engine.main.storage_env"]
+        want = f"no storage directory is set (--l2-adapter {odd['type']}, the running process)"
+        assert (r.status, r.found) == (FAIL, want)
+
+
 def test_lmcache_mp_l2_outside_the_mount(tmp_path):
     b = EngineBundle(tmp_path, "lmcache_mp")
     b.set_argv(server_unit("main"), lambda a: set_flag(a, "--l2-adapter", compact(fs_l2("/var/lib/kvprov-engine/l2"))))

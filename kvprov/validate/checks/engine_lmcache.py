@@ -30,6 +30,9 @@ def mp_storage_setting(c: Context, inst: Instance) -> tuple[str | None, str]:
     l2, why = json_flag(argv, "--l2-adapter")
     if l2 is None:
         return None, f"{why}, {inst.server_unit} ({where})"
+    plugin = l2.get("adapter_params") if l2.get("type") == "plugin" else None
+    if isinstance(plugin, dict) and isinstance(plugin.get("inner"), dict):  # kvprov's fail-open adapter
+        l2 = plugin["inner"]
     params = l2.get("backend_params") if isinstance(l2.get("backend_params"), dict) else {}
     path = l2.get("base_path") if l2.get("type") in ("fs", "fs_native") else params.get("file_path")
     return (path if isinstance(path, str) else None), f"--l2-adapter {show(l2.get('type'))}, {where}"
