@@ -1,4 +1,4 @@
-"""Drives kvprov's fail-open L2 adapter (roles/lmcache_mp/templates/kvprov_l2_failopen.py, as
+"""Drives kvprov's fail-open L2 adapter (roles/lmcache_mp/templates/kvprov_l2_failopen.py.j2, as
 rendered) around LMCache's own fs or fs_native adapter, as LMCache's prefetch and store
 controllers do (submit, wait on the adapter's event fd, query), on a directory whose storage
 can stop answering (tests/stall_dir.py). Run by the engine venv's python:
