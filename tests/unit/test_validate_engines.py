@@ -378,6 +378,10 @@ def test_lmcache_mp_storage_is_read_inside_kvprovs_fail_open_adapter(tmp_path):
         "/mnt/kvcache/kvlab-gpu1/main")))))
     r = b.results()["engine.main.storage_env"]
     assert (r.status, r.found) == (PASS, "/mnt/kvcache/kvlab-gpu1/main (--l2-adapter fs, the running process)")
+    b.set_argv(server_unit("main"), lambda a: set_flag(a, "--l2-adapter", compact(wrapped(
+        {"type": "fs_native", "base_path": "/mnt/kvcache/kvlab-gpu1/main", "max_capacity_gb": 100}))))
+    r = b.results()["engine.main.storage_env"]
+    assert (r.status, r.found) == (PASS, "/mnt/kvcache/kvlab-gpu1/main (--l2-adapter fs_native, the running process)")
     for odd in ({"type": "plugin", "adapter_params": {"inner": "fs"}}, {"type": "plugin", "adapter_params": []},
                 {"type": "other", "adapter_params": {"inner": fs_l2("/mnt/kvcache/kvlab-gpu1/main")}}):
         b.set_argv(server_unit("main"), lambda a, odd=odd: set_flag(a, "--l2-adapter", compact(odd)))
