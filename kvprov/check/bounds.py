@@ -29,6 +29,50 @@ LOADERS = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONHOM
            "PYTHONUSERBASE", "PYTHONPYCACHEPREFIX", "PATH", "CUDA_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
            "VLLM_CACHE_ROOT", "HF_HOME", "HF_MODULES_CACHE")
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/shm")
+# What kvprov's engine units set or guard (roles/*/vars/main.yml, engine.service.j2), with the
+# variable that sets it (managed_args: per engine). Given again in kvprov_engine_extra_args the engine takes the last one, and
+# kvprov_engine_environment comes last in the unit: the inventory's would silently replace kvprov's
+# -- the listen address past the exposure rule and IPAddressAllow=, TLS, the key guard, the KV tier,
+# a keying value past the namespace's key, the code kvprov loads (PYTHONPATH).
+_SGLANG = "sglang_hicache"
+_MANAGED_BY_ALL = {
+    "--host": "kvprov_engine_host", "--port": "kvprov_engine_instances, port",
+    "--ssl-certfile": "kvprov_engine_tls_cert_file", "--ssl-keyfile": "kvprov_engine_tls_key_file",
+    "--ssl-ca-certs": "kvprov_engine_tls_cert_file", "--ssl-cert-reqs": "kvprov_engine_tls_cert_file",
+    "--served-model-name": "kvprov_engine_served_model_name",
+}
+_MANAGED_BY_VLLM = {
+    "--uds": "kvprov_engine_host: a Unix socket would replace the listener",
+    "--middleware": "kvprov's key guard, with kvprov_engine_api_key_file",
+    "--root-path": "the routes kvprov's key guard protects",
+    "--model": "kvprov_engine_model_path", "--revision": "kvprov_engine_model_revision", "--dtype": "kvprov_vllm_dtype",
+    "--block-size": "kvprov_vllm_block_size", "--tensor-parallel-size": "kvprov_vllm_tensor_parallel_size",
+    "-tp": "kvprov_vllm_tensor_parallel_size", "--max-model-len": "kvprov_vllm_max_model_len",
+    "--gpu-memory-utilization": "kvprov_vllm_gpu_memory_utilization",
+}
+_MANAGED_BY_SGLANG = {
+    "--model-path": "kvprov_engine_model_path", "--tp-size": "kvprov_sglang_tp_size",
+    "--page-size": "kvprov_sglang_page_size", "--enable-hierarchical-cache": "kvprov_engine sglang_hicache",
+    **dict.fromkeys(("--hicache-size", "--hicache-io-backend", "--hicache-mem-layout", "--hicache-storage-backend",
+                     "--hicache-storage-backend-extra-config", "--hicache-storage-prefetch-policy",
+                     "--hicache-write-policy"), "kvprov_sglang_hicache_*"),
+}
+
+
+def managed_args(engine: str) -> dict[str, str]:
+    """The flags `engine`'s unit sets, with the variable that sets each."""
+    return {**_MANAGED_BY_ALL, **(_MANAGED_BY_SGLANG if engine == _SGLANG else _MANAGED_BY_VLLM)}
+
+
+MANAGED_ENV = {
+    "PYTHONPATH": "kvprov's unit sets it for the code it loads (the vLLM key guard, SGLang's key redaction, "
+                  "LMCache's fail-open adapter)",
+    "CUDA_VISIBLE_DEVICES": "kvprov_engine_instances sets it (cuda_visible_devices)",
+    "CREDENTIALS_DIRECTORY": "systemd sets it for the credentials kvprov hands the unit",
+    "LMCACHE_CONFIG_FILE": "kvprov's LMCache configuration sets it",
+    "LMCACHE_TRACK_USAGE": "kvprov keeps LMCache's usage reporting off", "DO_NOT_TRACK": "kvprov sets it",
+    "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR": "the instance's storage directory sets it",
+}
 # Homes that would hand the engine user (ReadWritePaths=) the system's own files.
 SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc", "/sys",
                "/dev", "/run", "/root", "/var/lib/dpkg", "/var/lib/apt", "/var/log", "/var/spool", "/var/cache",
@@ -92,7 +136,7 @@ def loader_paths(h: "HostView") -> list["Problem"]:
     mount = h.get("kvprov_storage_mount_point")
     out = []
     for key, value in env.items():
-        if str(key) not in LOADERS or not isinstance(value, str):
+        if str(key) not in LOADERS or str(key) in MANAGED_ENV or not isinstance(value, str):
             continue
         for part in re.split(r"[:\s]+", value):
             if not part:
@@ -134,5 +178,38 @@ def engine_user(value: Any) -> list["Finding"]:
     return []
 
 
+def managed_flag(arg: str, managed: dict[str, str]) -> str | None:
+    """The flag of `managed` that `arg` sets: --flag, --flag=value, --flag_name (both engines read
+    _ as -), or a prefix of it, which argparse expands; None for any other argument."""
+    name = arg.split("=", 1)[0].replace("_", "-")
+    if name in managed:
+        return name
+    if not name.startswith("--") or len(name) < 5:  # --xyz at least: shorter ones are ambiguous
+        return None
+    return next((flag for flag in managed if flag.startswith(name)), None)
+
+
+def managed_settings(h: "HostView") -> list["Problem"]:
+    """kvprov_engine_extra_args and kvprov_engine_environment cannot set what kvprov's units set."""
+    from kvprov.check.fleet import engine_getter
+
+    args = engine_getter(h)("kvprov_engine_extra_args")
+    variable = "kvprov_sglang_extra_args" if h.get("kvprov_sglang_extra_args") else "kvprov_engine_extra_args"
+    managed = managed_args(h.get("kvprov_engine") or _SGLANG)
+    out = []
+    for i, arg in enumerate(args if isinstance(args, list) else []):
+        flag = managed_flag(str(arg), managed)
+        if flag:
+            out.append(h.problem(variable, f'item {i + 1}: "{arg}" sets {flag}, which kvprov manages '
+                                           f"({managed[flag]}): the engine takes the last one, so it would replace "
+                                           "kvprov's", i))
+    environment = h.get("kvprov_engine_environment")
+    for name in environment if isinstance(environment, dict) else {}:
+        if str(name) in MANAGED_ENV:
+            out.append(h.problem("kvprov_engine_environment", f"{name}: {MANAGED_ENV[str(name)]}, and the "
+                                                              "inventory's would replace it in the unit", name))
+    return out
+
+
 def rules(h: "HostView") -> list["Problem"]:
-    return loader_paths(h) + engine_home(h)
+    return loader_paths(h) + engine_home(h) + managed_settings(h)

@@ -414,14 +414,14 @@ def test_a_loader_path_on_the_volume_in_a_world_writable_directory_or_relative_i
 
     why = ": the engine would load code from it; name a root-owned directory"
     assert loaders(LD_PRELOAD="lib.so") == [f"error kvprov_engine_environment: LD_PRELOAD: lib.so is a relative path{why}"]
-    assert loaders(PYTHONPATH="/opt/ok::/mnt/kvcache/x /tmp/y") == [  # the first bad part of each variable
-        f"error kvprov_engine_environment: PYTHONPATH: /mnt/kvcache/x is on the shared KV volume, which every "
+    assert loaders(PYTHONHOME="/opt/ok::/mnt/kvcache/x /tmp/y") == [  # the first bad part of each variable
+        f"error kvprov_engine_environment: PYTHONHOME: /mnt/kvcache/x is on the shared KV volume, which every "
         f"host's root writes{why}"]
     assert loaders(LD_LIBRARY_PATH="/usr/lib:/dev/shm/z") == [
         f"error kvprov_engine_environment: LD_LIBRARY_PATH: /dev/shm/z is in a world-writable directory{why}"]
-    assert loaders(PYTHONPATH="/opt/a:/usr/lib/b /var/lib/c", LD_AUDIT="/opt/x.so") == []
+    assert loaders(PYTHONHOME="/opt/a:/usr/lib/b /var/lib/c", LD_AUDIT="/opt/x.so") == []
     assert loaders(OTHER="/tmp/x", HOME="rel") == []  # not a loader variable
-    assert problems(kvprov_engine_environment={"PYTHONPATH": "/mnt/kv2/x"}, kvprov_storage_mount_point="/mnt/kv") == []
+    assert problems(kvprov_engine_environment={"PYTHONHOME": "/mnt/kv2/x"}, kvprov_storage_mount_point="/mnt/kv") == []
     assert problems(kvprov_engine_environment={"PYTHONSTARTUP": "/mnt/kv/x"}, kvprov_storage_mount_point="/mnt/kv")
 
 
@@ -504,10 +504,10 @@ def test_secret_looking_names_with_a_flag_value_and_s3_keys_are_left_alone():
 
 def test_loader_paths_after_other_variables_and_on_a_volume_at_the_root():
     why = ": the engine would load code from it; name a root-owned directory"
-    assert problems(kvprov_engine_environment={"OTHER": "/x", "PYTHONPATH": "rel"}) == [
-        f"error kvprov_engine_environment: PYTHONPATH: rel is a relative path{why}"]
-    assert f"error kvprov_engine_environment: PYTHONPATH: /opt/x is on the shared KV volume, which every host's root " \
-           f"writes{why}" in problems(kvprov_engine_environment={"PYTHONPATH": "/opt/x"}, kvprov_storage_mount_point="/")
+    assert problems(kvprov_engine_environment={"OTHER": "/x", "PYTHONHOME": "rel"}) == [
+        f"error kvprov_engine_environment: PYTHONHOME: rel is a relative path{why}"]
+    assert f"error kvprov_engine_environment: PYTHONHOME: /opt/x is on the shared KV volume, which every host's root " \
+           f"writes{why}" in problems(kvprov_engine_environment={"PYTHONHOME": "/opt/x"}, kvprov_storage_mount_point="/")
     assert [p for p in problems(kvprov_engine_home=5) if not p.startswith("error kvprov_engine_home: ")] == []
 
 
@@ -517,7 +517,8 @@ def test_every_system_directory_loader_variable_and_world_writable_directory():
     for d in system:
         assert problems(kvprov_engine_home=f"{d}/engine")[0].startswith(
             f"error kvprov_engine_home: {d}/engine is a system directory"), d
-    loaders = ("LD_PRELOAD LD_LIBRARY_PATH LD_AUDIT PYTHONPATH PYTHONHOME PYTHONSTARTUP PYTHONUSERBASE "
+    # PYTHONPATH: kvprov's own (test_what_kvprovs_units_set_is_refused_in_extra_args_and_environment)
+    loaders = ("LD_PRELOAD LD_LIBRARY_PATH LD_AUDIT PYTHONHOME PYTHONSTARTUP PYTHONUSERBASE "
                "PYTHONPYCACHEPREFIX PATH CUDA_HOME TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR VLLM_CACHE_ROOT HF_HOME "
                "HF_MODULES_CACHE").split()
     for key in loaders:
@@ -525,9 +526,50 @@ def test_every_system_directory_loader_variable_and_world_writable_directory():
             f"error kvprov_engine_environment: {key}: rel is a relative path: the engine would load code from it; "
             "name a root-owned directory"], key
     for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/shm"):
-        assert problems(kvprov_engine_environment={"PYTHONPATH": f"{d}/x"}) == [
-            f"error kvprov_engine_environment: PYTHONPATH: {d}/x is in a world-writable directory: the engine would "
+        assert problems(kvprov_engine_environment={"PYTHONHOME": f"{d}/x"}) == [
+            f"error kvprov_engine_environment: PYTHONHOME: {d}/x is in a world-writable directory: the engine would "
             "load code from it; name a root-owned directory"], d
+
+
+def test_what_kvprovs_units_set_is_refused_in_extra_args_and_environment():
+    """#38: the engine takes the last of a flag given twice, and the inventory's environment comes
+    last in the unit: `--host=0.0.0.0` in the extra arguments would open the API on every interface
+    past the exposure rule and the allow-list, PYTHONPATH would replace the code kvprov loads."""
+    def said(flag: str, arg: str, i: int, where: str) -> str:
+        return (f'error kvprov_engine_extra_args: item {i}: "{arg}" sets {flag}, which kvprov manages ({where}): the '
+                "engine takes the last one, so it would replace kvprov's")
+
+    assert problems(kvprov_engine_extra_args=["--host=0.0.0.0", "--port", "8443", "--max-num-seqs", "8"]) == [
+        said("--host", "--host=0.0.0.0", 1, "kvprov_engine_host"), said("--port", "--port", 2, "kvprov_engine_instances, port")]
+    # underscores, abbreviations argparse expands, the short form, SGLang's flags
+    for engine, arg, flag in (("lmcache_mp", "--ssl_keyfile=/x", "--ssl-keyfile"),
+                              ("lmcache_mp", "--midd", "--middleware"), ("lmcache_inproc", "-tp", "-tp"),
+                              ("lmcache_inproc", "--served-model", "--served-model-name"),
+                              ("sglang_hicache", "--hicache-storage-backend", "--hicache-storage-backend"),
+                              ("vllm_baseline", "--root-path=/v1", "--root-path"), ("lmcache_mp", "--uds", "--uds"),
+                              ("sglang_hicache", "--tp-size", "--tp-size"), ("sglang_hicache", "--host", "--host")):
+        [found] = problems(kvprov_engine=engine, kvprov_engine_extra_args=[arg])
+        assert found.startswith(f'error kvprov_engine_extra_args: item 1: "{arg}" sets {flag}, '), (arg, found)
+    # what the other engine's unit sets is the engine's own (and keyed: kvprov/namespace.py)
+    assert problems(kvprov_engine="sglang_hicache", kvprov_engine_extra_args=["--dtype", "bfloat16"]) == []
+    assert problems(kvprov_engine="lmcache_mp", kvprov_engine_extra_args=["--page-size", "64"]) == []
+    # the old name of the variable is named when it is the one used
+    [_, found] = problems(kvprov_engine="sglang_hicache", kvprov_sglang_extra_args=["--page-size", "64"])  # renamed
+    assert found.startswith('error kvprov_sglang_extra_args: item 1: "--page-size" sets --page-size, '), found
+    # what kvprov does not set, values that look like flags, and too short a prefix to be one
+    assert problems(kvprov_engine_extra_args=["--max-num-seqs", "8", "--enforce-eager", "--hicache-ratio", "2",
+                                              "host", "--h", "--po"]) == []
+    assert problems(kvprov_engine_environment={"PYTHONPATH": "/opt/mine", "CUDA_VISIBLE_DEVICES": "1",
+                                               "TOKENIZERS_PARALLELISM": "false"}) == [
+        "error kvprov_engine_environment: PYTHONPATH: kvprov's unit sets it for the code it loads (the vLLM key "
+        "guard, SGLang's key redaction, LMCache's fail-open adapter), and the inventory's would replace it in the unit",
+        "error kvprov_engine_environment: CUDA_VISIBLE_DEVICES: kvprov_engine_instances sets it (cuda_visible_devices), "
+        "and the inventory's would replace it in the unit"]
+    for name in ("CREDENTIALS_DIRECTORY", "LMCACHE_CONFIG_FILE", "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK",
+                 "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR"):
+        found = problems(kvprov_engine_environment={name: "x"})  # CREDENTIALS_DIRECTORY also looks like a secret
+        assert any(p.startswith(f"error kvprov_engine_environment: {name}: ") and p.endswith(
+            "and the inventory's would replace it in the unit") for p in found), found
 
 
 def test_a_wait_on_storage_without_a_bound_is_a_warning_and_the_deadline_a_positive_number():
