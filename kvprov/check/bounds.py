@@ -30,10 +30,13 @@ LOADERS = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONHOM
            "VLLM_CACHE_ROOT", "HF_HOME", "HF_MODULES_CACHE")
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/shm")
 # What kvprov's engine units set or guard (roles/*/vars/main.yml, engine.service.j2), with the
-# variable that sets it (managed_args: per engine). Given again in kvprov_engine_extra_args the engine takes the last one, and
-# kvprov_engine_environment comes last in the unit: the inventory's would silently replace kvprov's
-# -- the listen address past the exposure rule and IPAddressAllow=, TLS, the key guard, the KV tier,
-# a keying value past the namespace's key, the code kvprov loads (PYTHONPATH).
+# variable that sets it (managed_args: per engine). Given again in kvprov_engine_extra_args the
+# engine takes the last one, and kvprov_engine_environment comes last in the unit: the
+# inventory's would silently replace kvprov's -- the listen address past the exposure rule and
+# IPAddressAllow=, TLS, the key guard, the KV tier, a keying value, the code kvprov loads
+# (PYTHONPATH). --revision and --max-model-len, which the unit carries only when their variable
+# is set, stay the inventory's to give (the namespace keys them); PYTHONHASHSEED is refused where
+# it matters, on a shared namespace (kvprov/namespace.py REFUSED_ENV).
 _SGLANG = "sglang_hicache"
 _MANAGED_BY_ALL = {
     "--host": "kvprov_engine_host", "--port": "kvprov_engine_instances, port",
@@ -45,9 +48,8 @@ _MANAGED_BY_VLLM = {
     "--uds": "kvprov_engine_host: a Unix socket would replace the listener",
     "--middleware": "kvprov's key guard, with kvprov_engine_api_key_file",
     "--root-path": "the routes kvprov's key guard protects",
-    "--model": "kvprov_engine_model_path", "--revision": "kvprov_engine_model_revision", "--dtype": "kvprov_vllm_dtype",
-    "--block-size": "kvprov_vllm_block_size", "--tensor-parallel-size": "kvprov_vllm_tensor_parallel_size",
-    "-tp": "kvprov_vllm_tensor_parallel_size", "--max-model-len": "kvprov_vllm_max_model_len",
+    "--model": "kvprov_engine_model_path", "--dtype": "kvprov_vllm_dtype", "--block-size": "kvprov_vllm_block_size",
+    "--tensor-parallel-size": "kvprov_vllm_tensor_parallel_size", "-tp": "kvprov_vllm_tensor_parallel_size",
     "--gpu-memory-utilization": "kvprov_vllm_gpu_memory_utilization",
 }
 _MANAGED_BY_SGLANG = {

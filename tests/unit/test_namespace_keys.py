@@ -72,7 +72,7 @@ def test_the_reviews_inventories_are_refused_or_in_separate_namespaces():
     # environment and extra-arguments overrides: folded into the key (separate namespaces, a warning) ...
     for override in ({"kvprov_engine_environment": {"VLLM_KV_CACHE_LAYOUT": "HND"}},
                      {"kvprov_engine_extra_args": ["--kv-cache-dtype", "fp8"]},
-                     {"kvprov_engine_extra_args": ["--block_size=32"]}):
+                     {"kvprov_engine_extra_args": ["--prefix_caching_hash_algo=sha256"]}):
         [p] = found(fleet({"a": VLLM, "b": {**VLLM, **override}}))
         assert p.startswith("warning b kvprov_engine_namespace:") and "share no KV" in p, p
     # ... or refused where kvprov cannot see what they hold
