@@ -44,6 +44,10 @@ def payloads(root: Path) -> dict[str, dict]:
         kind = KINDS[server]
         host = unit.parts[len(root.parts)]
         payload = {"kind": kind, "argv": args}
+        if kind == "lmcache_server_argv":  # where the unit's PYTHONPATH is in the render (kvprov's plugin adapter)
+            env = dict(line.removeprefix("Environment=").strip('"').split("=", 1)
+                       for line in unit.read_text().splitlines() if line.startswith("Environment="))
+            payload["pythonpath"] = [str(root / host / d.lstrip("/")) for d in env.get("PYTHONPATH", "").split(":") if d]
         if kind == "sglang_argv":
             toml = root / host / "etc/kvprov/nixl_backend_config.toml"
             payload["files"] = {"/etc/kvprov/nixl_backend_config.toml": toml.read_text()}
