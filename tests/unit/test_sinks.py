@@ -109,7 +109,8 @@ def test_the_review_inputs_are_refused_by_check_with_the_reason():
     refused("/etc is a system directory", kvprov_engine_home="/etc")
     refused("is on the shared KV volume", kvprov_engine_home="/mnt/kvcache/home")
     refused("LD_PRELOAD: /mnt/kvcache/x.so is on the shared KV volume", kvprov_engine_environment={"LD_PRELOAD": "/mnt/kvcache/x.so"})
-    refused("PYTHONPATH: /dev/shm/py is in a world-writable", kvprov_engine_environment={"PYTHONPATH": "/opt/a:/dev/shm/py"})
+    refused("PYTHONHOME: /dev/shm/py is in a world-writable", kvprov_engine_environment={"PYTHONHOME": "/opt/a:/dev/shm/py"})
+    refused("PYTHONPATH: kvprov's unit sets it", kvprov_engine_environment={"PYTHONPATH": "/opt/a"})
     refused("at most 4096", kvprov_engine_served_model_name="a" * 200_000)
     refused('"evil:80/x?" is not an address or a DNS name', ansible_host="evil:80/x?")
 
@@ -118,7 +119,7 @@ def test_names_that_only_look_like_secrets_pass():
     assert errors(kvprov_engine_environment={"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1",
                                              "VLLM_CPU_KVCACHE_SPACE": "4"},
                   kvprov_engine_extra_args=["--max-num-batched-tokens", "8192", "--tokenizer", "/m",
-                                            "--ssl-keyfile", "/etc/ssl/k.pem"]) == []
+                                            "--keyfile-dir", "/etc/ssl"]) == []  # (--ssl-keyfile: kvprov's own)
 
 
 # ---------------------------------------------------------------------------- what the roles render
