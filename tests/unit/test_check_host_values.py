@@ -595,3 +595,32 @@ def test_the_mount_waits_are_ranged():
         "error kvprov_storage_timeo: 0 is out of range: must be 1..600 (tenths of a second, as nfs(5) counts them)"]
     assert problems(kvprov_storage_retrans=11) == ["error kvprov_storage_retrans: 11 is out of range: must be 0..10"]
     assert problems(kvprov_storage_soft=False, kvprov_storage_timeo=600, kvprov_storage_retrans=0) == []
+
+
+def test_every_flag_the_rendered_api_units_carry_is_refused_in_the_extra_arguments(tmp_path):
+    """The managed table against the templates (one source of truth): every flag kvprov renders into
+    an engine's API unit (the example fleet: every engine) is refused in kvprov_engine_extra_args for
+    that engine, but for the few the inventory may give. TLS flags come only with a certificate."""
+    from kvprov.validate import parsers
+    from kvprov.validate.checks.engine import server_command
+    from tests.conftest import ROOT, kvprov
+
+    kvprov("render", str(ROOT / "inventory/example.yml"), "--out", str(tmp_path), check=True)
+    # not kvprov's to guard: the namespace keys --revision and --max-model-len, the shared-namespace
+    # rule refuses --config and --kv-transfer-config, the rest changes neither exposure nor bytes
+    free = {"--revision", "--max-model-len", "--config", "--kv-transfer-config", "--enable-prefix-caching",
+            "--enable-metrics", "--model-type"}
+    seen = {}
+    for unit in tmp_path.glob("*/etc/systemd/system/kvprov-*.service"):
+        start = parsers.unit_value(parsers.parse_unit(unit.read_text()), "Service", "ExecStart")
+        kind, args = server_command(parsers.exec_argv(start, from_show=False))
+        if kind in ("vllm", "sglang"):
+            seen.setdefault(kind, set()).update(a.split("=", 1)[0] for a in args if a.startswith("-"))
+    assert set(seen) == {"vllm", "sglang"}, seen
+    for kind, engine in (("vllm", "lmcache_mp"), ("sglang", "sglang_hicache")):
+        flags = seen[kind] - free | {"--ssl-certfile", "--ssl-keyfile", "--ssl-ca-certs", "--ssl-cert-reqs"}
+        for flag in sorted(flags):
+            found = problems(kvprov_engine=engine, kvprov_engine_extra_args=[flag, "x"])
+            assert any(f'item 1: "{flag}" sets {flag}, which kvprov manages' in p for p in found), (engine, flag, found)
+    # and the vLLM engines' own short form of --tensor-parallel-size
+    assert any('"-tp" sets -tp' in p for p in problems(kvprov_engine="lmcache_mp", kvprov_engine_extra_args=["-tp"]))
