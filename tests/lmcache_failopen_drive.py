@@ -78,6 +78,13 @@ def main() -> None:
         loaded = wait(adapter.get_load_event_fd(), adapter.query_load_result, task)
         return sorted(loaded.get_indices_list()), [b.data == Buffer(i + 1).data for i, b in enumerate(buffers)]
 
+    def until_found(adapter) -> float:
+        """Seconds until a lookup finds the stored keys again (at most 30)."""
+        started = time.monotonic()
+        while lookup(adapter)[0] != [0, 1, 2] and time.monotonic() - started < 30:
+            time.sleep(0.1)
+        return round(time.monotonic() - started, 3)
+
     stop = lambda: os.kill(args["sftp_pid"], signal.SIGSTOP)  # noqa: E731
     cont = lambda: os.kill(args["sftp_pid"], signal.SIGCONT)  # noqa: E731
 
@@ -101,10 +108,7 @@ def main() -> None:
 
     # it answers again: within a probe interval the tier is in use, with no restart
     cont()
-    started = time.monotonic()
-    while lookup(adapter)[0] != [0, 1, 2] and time.monotonic() - started < 30:
-        time.sleep(0.1)
-    out["recovered_after_s"] = round(time.monotonic() - started, 3)
+    out["recovered_after_s"] = until_found(adapter)
     out["recovered_lookup"] = lookup(adapter)
     out["recovered_load"] = load(adapter)
     adapter.close()
@@ -115,10 +119,7 @@ def main() -> None:
     out["stalled_build_lookup"] = lookup(adapter)
     out["stalled_build_status"] = adapter.report_status()["tier"]
     cont()
-    started = time.monotonic()
-    while lookup(adapter)[0] != [0, 1, 2] and time.monotonic() - started < 30:
-        time.sleep(0.1)
-    out["stalled_build_recovered_after_s"] = round(time.monotonic() - started, 3)
+    out["stalled_build_recovered_after_s"] = until_found(adapter)
     out["stalled_build_load"] = load(adapter)
     adapter.close()
 
