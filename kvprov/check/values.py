@@ -884,6 +884,8 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_lmcache_mp_metrics_allow": networks,
     "kvprov_engine_clients": networks,
     "kvprov_lmcache_mp_l2_size_gb": non_negative,
+    "kvprov_lmcache_mp_l2_lookup_timeout": int_range(0, 3600, note=" seconds (0: LMCache's adapter alone, no bound)"),
+    "kvprov_lmcache_mp_l2_probe_interval": all_of(positive_number, int_range(0, 3600, note=" seconds")),
     "kvprov_lmcache_mp_nixl_file_size": int_range(4096, note=" (bytes; at least one KV chunk)"),
     "kvprov_lmcache_mp_nixl_pool_size": int_range(1),
     "kvprov_lmcache_mp_l2_eviction_watermark": fraction,

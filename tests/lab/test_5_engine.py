@@ -359,9 +359,11 @@ def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_name
             try:
                 assert "proto=rdma" in options and "vers=4.1" in options, options
                 # this host from its own inventory (its namespace is created on the export), the peer
-                # from the inventory of both
+                # from the inventory of both. Through the relay (ssh into an emulated VM) a lookup or
+                # the L2 adapter's start takes seconds, past the fail-open bound made for real storage
+                # (2 s): the tier would be bypassed, as it should on such storage. 60 s here.
                 for args in ([str(engine[0])], [str(inv), "--limit", peer]):
-                    r = kvprov("deploy", *args, timeout=1800)
+                    r = kvprov("deploy", *args, "-e", "kvprov_lmcache_mp_l2_lookup_timeout=60", timeout=1800)
                     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
                 assert ssh(*peer_addr, f"stat -c %U {INST_DIR}", timeout=30).stdout.strip() == "kvprov-engine"
                 wait_healthy()

@@ -115,6 +115,7 @@ RANGES = [
     ("kvprov_lmcache_mp_nixl_file_size", 4096, None, " (bytes; at least one KV chunk)"),
     ("kvprov_lmcache_mp_nixl_pool_size", 1, None, ""), ("kvprov_lmcache_inproc_chunk_size", 1, None, ""),
     ("kvprov_lmcache_inproc_nixl_pool_size", 1, None, ""), ("kvprov_lmcache_inproc_gds_buffer_size", 1, None, " (MiB)"),
+    ("kvprov_lmcache_mp_l2_lookup_timeout", 0, 3600, " seconds (0: LMCache's adapter alone, no bound)"),
 ]
 
 
@@ -129,3 +130,8 @@ def test_every_integer_range_at_its_edges():
         if hi is not None:
             assert rule(hi) == [] and rule(hi + 1) == [Finding(f"{hi + 1} is out of range: must be {span}{note}")], name
     assert VALUE_RULES["kvprov_storage_rsize"](8192 + 1) == [Finding("8193 is not a multiple of 4096: use e.g. 8192")]
+    # seconds, not only whole ones: the fail-open bounds the LMCache adapter takes (kvprov_l2_failopen.py.j2)
+    probe = VALUE_RULES["kvprov_lmcache_mp_l2_probe_interval"]
+    assert probe(0.5) == [] and probe(3600) == [] and VALUE_RULES["kvprov_lmcache_mp_l2_lookup_timeout"](0.25) == []
+    assert probe(0) == [Finding("must be more than 0, got 0")]
+    assert probe(3601) == [Finding("3601 is out of range: must be 0..3600 seconds")]
