@@ -56,6 +56,11 @@ def main() -> None:
     keys = [ObjectKey(chunk_hash=bytes([i]) * 16, model_name="m", kv_rank=0) for i in range(4)]
     out: dict = {}
 
+    def metric():
+        """The server's /metrics gauge (prometheus_client's default registry)."""
+        from prometheus_client import REGISTRY
+        return REGISTRY.get_sample_value("kvprov_l2_bypassed", {"base_path": args["mount"]})
+
     def build():
         started = time.monotonic()
         adapter = FailOpenL2Adapter(config)
@@ -93,12 +98,12 @@ def main() -> None:
     out["stored"] = store(adapter)
     out["healthy_lookup"] = lookup(adapter)
     out["healthy_load"] = load(adapter)
-    out["status_healthy"] = adapter.report_status()["tier"]
+    out["status_healthy"] = adapter.report_status()["tier"], metric()
 
     # the storage stops answering
     stop()
     out["stalled_lookup"] = lookup(adapter)          # answered by the deadline: nothing there
-    out["status_stalled"] = adapter.report_status()["tier"]
+    out["status_stalled"] = adapter.report_status()["tier"], metric()
     out["bypassed_lookup"] = lookup(adapter)         # the tier bypassed: answered at once
     started = time.monotonic()
     out["bypassed_store"] = store(adapter, 1)        # refused at once
@@ -111,6 +116,7 @@ def main() -> None:
     out["recovered_after_s"] = until_found(adapter)
     out["recovered_lookup"] = lookup(adapter)
     out["recovered_load"] = load(adapter)
+    out["status_recovered"] = adapter.report_status()["tier"], metric()
     adapter.close()
 
     # a server that starts while the storage hangs: it starts, bypassed, and uses the tier once it answers

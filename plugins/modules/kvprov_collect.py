@@ -291,9 +291,9 @@ def venv_versions(venv: str) -> dict:
 
 
 # The cache counters validate and loadtest read: vLLM's prefix and external (connector)
-# caches, LMCache MP's L1/L2 lookups and stores.
+# caches, LMCache MP's L1/L2 lookups and stores, kvprov's fail-open L2 adapter's state.
 METRIC_PREFIXES = ("vllm:prefix_cache_", "vllm:external_prefix_cache_", "vllm:prompt_tokens_cached",
-                   "vllm:cache_config_info", "lmcache_mp_",
+                   "vllm:cache_config_info", "lmcache_mp_", "kvprov_l2_",
                    # SGLang (--enable-metrics): tokens per tier served, and the storage (L3) tier's own
                    "sglang:prompt_tokens_total", "sglang:cached_tokens_total", "sglang:prefetched_tokens_total",
                    "sglang:backuped_tokens_total", "sglang:storage_prefetch_")

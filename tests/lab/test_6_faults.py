@@ -122,11 +122,21 @@ def test_controller_killed_in_the_middle_of_a_deploy_then_the_rerun_converges(la
     assert sh(C1, f"cat {TOML}") == before
 
 
+OUTAGE_UNIT = "/run/systemd/system/kvprov-test-outage.service"
+
+
 def test_nfs_server_gone_during_a_deploy_fails_that_host_in_bounded_time_and_others_finish(lab, storage_alone, tmp_path):
     """An NFS mount whose server stops answering: the deploy tasks that touch it give up (the soft
     mount's EIO after timeo x (retrans + 1), or kvprov_storage_mount_timeout on a hard one) and say
-    why; the other host (local profile) finishes. The testinfra probe of the mount gives up too."""
+    why; the other host (local profile) finishes. The testinfra probe of the mount gives up too.
+    An engine unit started during the outage starts (#37): systemd sets up its namespace, whose
+    ReadWritePaths= names the storage directory, on kvprov's soft,softreval mount. The unit is
+    the deployed SGLang unit, hardened and confined as deployed, its process a sleep (no GPU here)."""
     inv = copy_inventory(lab, tmp_path / "inventory.yml", gpu_vars={"kvprov_storage_mount_timeout": 15})
+    sh(GPU1, "sed -e '/^ConditionPathExistsGlob=/d' -e '/^ExecStartPre=/d' "
+             "-e '/^ExecStart=/,/[^\\\\]$/c ExecStart=/bin/sleep infinity' "
+             f"/etc/systemd/system/kvprov-sglang-main.service > {OUTAGE_UNIT} && systemctl daemon-reload")
+    assert f"ReadWritePaths={MNT}/kvlab-gpu1/main " in sh(GPU1, f"cat {OUTAGE_UNIT}")
     sh(STORAGE, "systemctl stop nfs-server")
     try:
         t0 = time.monotonic()
@@ -137,8 +147,19 @@ def test_nfs_server_gone_during_a_deploy_fails_that_host_in_bounded_time_and_oth
                                 "--hosts=ansible://kvlab-gpu1", f"--ansible-inventory={inv}", "--kvprov-timeout=5",
                                 "--pyargs", "kvprov.checks", "-k", "storage_dirs"],
                                capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        # no cached answers: the directory's own calls fail, the unit starts all the same
+        statfs = ssh(*GPU1, f"sync; echo 3 > /proc/sys/vm/drop_caches; timeout 60 stat -f {MNT}/kvlab-gpu1/main",
+                     timeout=90)
+        t0 = time.monotonic()
+        started = ssh(*GPU1, "timeout 150 systemctl start kvprov-test-outage; systemctl is-active kvprov-test-outage",
+                      timeout=180)
+        start_seconds = time.monotonic() - t0
     finally:
         sh(STORAGE, "systemctl start nfs-server")
+        sh(GPU1, f"systemctl stop kvprov-test-outage; rm -f {OUTAGE_UNIT}; systemctl daemon-reload")
+    print(f"engine unit started during the outage in {start_seconds:.1f}s")
+    assert statfs.returncode != 0 and "Input/output error" in statfs.stderr, statfs
+    assert started.stdout.strip() == "active" and start_seconds < 120, (started, start_seconds)
     result = json.loads((tmp_path / "deploy.json").read_text())
     assert r.returncode == 1, r.stdout + r.stderr
     assert result["hosts"]["kvlab-c1"]["failed"] == 0 and result["hosts"]["kvlab-gpu1"]["failed"] == 1

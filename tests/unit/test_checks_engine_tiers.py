@@ -39,6 +39,21 @@ def test_lmcache_mp_without_vllm_metrics_the_server_counters_alone(tmp_path):
                                          "lmcache_mp_lookup_hit_l1_tokens_total 1024")
 
 
+def test_lmcache_mp_names_a_bypassed_tier(tmp_path):
+    """kvprov's fail-open adapter bypasses a tier whose storage stopped answering: serving goes on,
+    degraded, and validate says so (the gauge is 0 again once a probe answers)."""
+    b = EngineBundle(tmp_path, "lmcache_mp")
+    gauge = 'kvprov_l2_bypassed{base_path="/mnt/kvcache/kv/lmcache_mp/x"}'
+    b.write("metrics/main-server.txt", prometheus(SERVER_METRICS, "") + f"{gauge} 1.0\n")
+    r = b.results()["engine.main.cache"]
+    assert r.status == FAIL and r.found.startswith(
+        "the KV tier is bypassed (kvprov_l2_bypassed 1 on the LMCache server's /metrics): its storage did not answer "
+        "in time, and serving goes on without it until a probe of the directory answers (the server's journal: "
+        "`journalctl -u kvprov-lmcache-main.service`) ("), r.found
+    b.write("metrics/main-server.txt", prometheus(SERVER_METRICS, "") + f"{gauge} 0.0\n")
+    assert b.results()["engine.main.cache"].status == PASS
+
+
 # ---------------------------------------------------------------------------- lmcache_inproc
 
 def inproc_env(tmp_path, yaml: str | None):

@@ -270,7 +270,7 @@ def test_the_cache_lines_kept_of_a_metrics_page():
             "vllm:prompt_tokens_cached_total 3", 'vllm:cache_config_info{block_size="16"} 1',
             "lmcache_mp_lookup_hit_l2_tokens 4", "sglang:prompt_tokens_total 5", "sglang:cached_tokens_total 6",
             "sglang:prefetched_tokens_total 7", "sglang:backuped_tokens_total 8",
-            "sglang:storage_prefetch_hit_tokens 9"]
+            "sglang:storage_prefetch_hit_tokens 9", 'kvprov_l2_bypassed{base_path="/mnt/kv"} 1.0']
     dropped = ["vllm:num_requests_running 1", "# HELP vllm:prefix_cache_hits_total x", "sglang:gen_throughput 3"]
     assert [line for line in kept + dropped if line.startswith(collector.METRIC_PREFIXES)] == kept
 

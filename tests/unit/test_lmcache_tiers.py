@@ -424,17 +424,18 @@ def test_the_rendered_fail_open_adapter_bounds_each_wait_on_storage_that_stops_a
     out = json.loads(r.stdout.splitlines()[-1])
     print(out)
     # healthy: what is stored is found and loaded byte for byte
-    assert out["stored"] and out["healthy_lookup"][0] == [0, 1, 2] and out["status_healthy"] == "in use"
+    assert out["stored"] and out["healthy_lookup"][0] == [0, 1, 2] and out["status_healthy"] == ["in use", 0]
     assert out["healthy_load"] == [[0, 1, 2], [True, True, True]]
     # stopped: the lookup is answered "nothing there" by its deadline (1 s here), the tier bypassed:
     # later lookups and stores are answered at once, also after probes that wait on the storage
     found, took = out["stalled_lookup"]
     assert found == [] and 1.0 <= took < 10, out
-    assert out["status_stalled"] == "bypassed"
+    assert out["status_stalled"] == ["bypassed", 1]  # and on /metrics, for validate
     assert out["bypassed_lookup"][0] == [] and out["still_stalled_lookup"][0] == [] and out["bypassed_store"] is False
     assert out["bypassed_lookup"][1] < 1.0 and out["bypassed_store_s"] < 1.0, out
     # answering again: the tier is in use again, with no restart, and its files load byte for byte
     assert out["recovered_lookup"][0] == [0, 1, 2] and out["recovered_load"] == [[0, 1, 2], [True, True, True]]
+    assert out["status_recovered"] == ["in use", 0]
     # built while the storage hangs: bypassed after the deadline, in use once the storage answers
     assert out["stalled_build_s"] < 10 and out["stalled_build_status"] == "bypassed"
     assert out["stalled_build_lookup"][0] == [] and out["stalled_build_load"] == [[0, 1, 2], [True, True, True]]

@@ -61,6 +61,10 @@ def mp_cache(c: Context, inst: Instance) -> tuple[dict[str, float], list[str]] |
     values, problems = vllm or ({}, [])
     if server is None:
         return values, problems + ["the LMCache server's /metrics was not captured"]
+    if server.get("kvprov_l2_bypassed", 0) > 0:
+        problems = problems + ["the KV tier is bypassed (kvprov_l2_bypassed 1 on the LMCache server's /metrics): "
+                               "its storage did not answer in time, and serving goes on without it until a probe of "
+                               f"the directory answers (the server's journal: `journalctl -u {inst.server_unit}`)"]
     # the server registers its lookup counters at its first lookup
     if values.get("vllm:prefix_cache_queries_total", 0) > 0:
         problems = problems + [f"{k} is not exposed by the LMCache server after requests were served"
