@@ -79,6 +79,12 @@ MANAGED_ENV = {
 SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc", "/sys",
                "/dev", "/run", "/root", "/var/lib/dpkg", "/var/lib/apt", "/var/log", "/var/spool", "/var/cache",
                "/opt/nvidia", "/tmp", "/var/tmp")
+# Where root writes what these variables name (#38): in a directory of kvprov's own, or the one
+# place a tool reads its file from by default; never elsewhere in the system's directories, where
+# other programs read their files (/etc/profile.d/x.sh runs in every root login shell).
+KVPROV_PARENTS = ("/etc", "/opt", "/srv", "/var/lib")
+ROOT_DESTINATIONS = {"kvprov_nixl_config_path": (), "kvprov_gds_cufile_path": ("/etc/cufile.json",),
+                     "kvprov_nixl_venv": (), "kvprov_sglang_venv": (), "kvprov_vllm_venv": ()}
 # Accounts of the base system (Debian's base-passwd, RHEL's setup) and common daemons: deploy
 # would take one over (home, shell, groups) and the engine would own what it owns.
 SYSTEM_ACCOUNTS = frozenset({
@@ -172,6 +178,36 @@ def engine_home(h: "HostView") -> list["Problem"]:
     return []
 
 
+def in_kvprov_directory(path: str) -> bool:
+    """Below /etc, /opt, /srv or /var/lib in a directory whose name starts with kvprov."""
+    path = posixpath.normpath(path)
+    return any(path.startswith(parent + "/") and path[len(parent) + 1:].startswith("kvprov")
+               for parent in KVPROV_PARENTS)
+
+
+def root_destinations(h: "HostView") -> list["Problem"]:
+    """Files and venvs root writes where the inventory says: in kvprov's own directories (or the
+    named default place); the acceptance test's directory on the KV mount."""
+    from kvprov.check.values import absolute_path
+
+    out = []
+    for name, also in ROOT_DESTINATIONS.items():
+        path = h.get(name)
+        if isinstance(path, str) and not absolute_path(path) and not (
+                in_kvprov_directory(path) or posixpath.normpath(path) in also):
+            out.append(h.problem(name, f"{path} is not in a directory of kvprov's: root writes it there, where other "
+                                       "programs read their files; put it in a directory whose name starts with "
+                                       f"kvprov under {', '.join(KVPROV_PARENTS)} (e.g. /opt/kvprov/…)"
+                                       + "".join(f", or use {a}" for a in also)))
+    bench, mount = h.get("kvprov_bench_dir"), h.get("kvprov_storage_mount_point")
+    if isinstance(bench, str) and isinstance(mount, str) and mount != "/" and not absolute_path(bench) \
+            and not _under(bench, mount):
+        out.append(h.problem("kvprov_bench_dir", f"{bench} is not on the KV mount ({mount}): the acceptance test "
+                                                 "writes its files there as root; use a directory on the mount, e.g. "
+                                                 f"{mount}/<host>"))
+    return out
+
+
 def engine_user(value: Any) -> list["Finding"]:
     if isinstance(value, str) and value in SYSTEM_ACCOUNTS and value != "root":  # check.user_name: not root
         return [_finding(f'"{value}" is an account of the system or of another service: deploy would take it over '
@@ -214,4 +250,4 @@ def managed_settings(h: "HostView") -> list["Problem"]:
 
 
 def rules(h: "HostView") -> list["Problem"]:
-    return loader_paths(h) + engine_home(h) + managed_settings(h)
+    return loader_paths(h) + engine_home(h) + managed_settings(h) + root_destinations(h)

@@ -440,6 +440,28 @@ def test_the_engines_home_is_its_own_local_directory():
             if "kvprov_engine_home" in p] == []  # a mount point of / is refused by itself
 
 
+def test_what_root_writes_where_the_inventory_says_stays_in_kvprovs_directories():
+    """#38 item 3: a root-owned file in /etc/profile.d runs in every root login shell; a bench
+    directory in /etc/sudoers.d breaks sudo."""
+    why = ("is not in a directory of kvprov's: root writes it there, where other programs read their files; put it "
+           "in a directory whose name starts with kvprov under /etc, /opt, /srv, /var/lib (e.g. /opt/kvprov/…)")
+    assert problems(kvprov_nixl_config_path="/etc/profile.d/kvprov-nixl.sh") == [
+        f"error kvprov_nixl_config_path: /etc/profile.d/kvprov-nixl.sh {why}"]
+    assert problems(kvprov_gds_cufile_path="/etc/sudoers.d/cufile.json") == [
+        f"error kvprov_gds_cufile_path: /etc/sudoers.d/cufile.json {why}, or use /etc/cufile.json"]
+    for name in ("kvprov_nixl_venv", "kvprov_sglang_venv"):
+        for path in ("/usr/local", "/opt/nixl", "/etc/kvprov/../profile.d/x", "/var/lib/dpkg/kvprov", "/opt"):
+            assert [p for p in problems(**{name: path}) if "not in a directory of kvprov's" in p] == (
+                [] if ".." in path else [f"error {name}: {path} {why}"]), (name, path)  # ..: refused as it is
+    assert problems(kvprov_gds_cufile_path="/etc/cufile.json", kvprov_nixl_config_path="/etc/kvprov/nixl.toml",
+                    kvprov_nixl_venv="/opt/kvprov/nixl", kvprov_sglang_venv="/var/lib/kvprov-venvs/sglang") == []
+    assert problems(kvprov_bench_dir="/etc/sudoers.d/x") == [
+        "error kvprov_bench_dir: /etc/sudoers.d/x is not on the KV mount (/mnt/kvcache): the acceptance test writes "
+        "its files there as root; use a directory on the mount, e.g. /mnt/kvcache/<host>"]
+    assert problems(kvprov_bench_dir="/mnt/kvcache2/x") != [] and problems(kvprov_bench_dir="/mnt/kvcache/gpu1") == []
+    assert problems(kvprov_bench_dir="/data/kv/b", kvprov_storage_mount_point="/data/kv") == []
+
+
 def test_names_and_sharing_that_pass():
     assert problems(ansible_host="gpu1.example.com") == problems(ansible_host="[fd00::1]") == []
     assert problems(kvprov_engine="lmcache_mp", kvprov_engine_storage_sharing="namespace") == []  # can be shared
