@@ -36,6 +36,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from kvprov import inventory, vault
+from kvprov.check import strict
 from kvprov.check.engines import engine_rules
 from kvprov.check.fleet import (StorageDir, namespace_keys, namespaces, rollout_settings,
                                 shared_storage_dirs, storage_dirs)
@@ -152,14 +153,22 @@ def summary(path: str | list[str], hosts: list[str], problems: list[Problem]) ->
     return (f"{inventory.describe(path)}: {len(hosts)} host(s) checked, {errors} error(s), {warnings} warning(s): {verdict}")
 
 
-def run(path: str | list[str]) -> tuple[list[str], list[Problem]]:
-    """Load and check an inventory: (target host names, problems). Never raises for a bad inventory."""
+def run(path: str | list[str], strict_mode: bool = False) -> tuple[list[str], list[Problem]]:
+    """Load and check an inventory: (target host names, problems). Never raises for a bad inventory.
+    Strict mode (--strict or KVPROV_STRICT=1: kvprov.check.strict) refuses, before reading the
+    inventory, sources that would run when read, and then what would run when rendered."""
+    sources = inventory.source_list(path)
+    if strict.enabled(strict_mode):
+        refused = strict.source_problems(sources)
+        if refused:
+            return [], refused
     try:
         inv = inventory.load(path)
     except InventoryError as e:
         return [], e.problems
+    found = check(inv) + (strict.inventory_problems(inv, sources) if strict.enabled(strict_mode) else [])
     # a value decrypted from the vault is never shown
-    return inv.host_names, [replace(p, message=vault.hide(p.message)) for p in check(inv)]
+    return inv.host_names, [replace(p, message=vault.hide(p.message)) for p in found]
 
 
 def require_valid(path: str | list[str]) -> list[str]:
@@ -183,6 +192,11 @@ def add_parser(sub) -> None:
                                "still compare every host")
     p.add_argument("--json", nargs="?", const="-", metavar="FILE",
                    help='{"ok", "hosts", "problems", "namespaces"} as JSON: to FILE, or to stdout with - or no FILE')
+    p.add_argument("--strict", action="store_true",
+                   help="an inventory of data, not code, for inventories many people edit: refuse Jinja in values, "
+                        "connection, interpreter and ssh variables, controller files outside the inventory's "
+                        "directories (and KVPROV_STRICT_ROOTS), inventory scripts and plugins, and ./ansible.cfg "
+                        "(KVPROV_STRICT=1: the default of every command)")
     p.add_argument("--namespaces", action="store_true",
                    help="also list each shared KV namespace: its instances and the values that key it")
     p.set_defaults(func=cmd_check)
@@ -208,7 +222,7 @@ def namespace_lines(found: list[dict]) -> list[str]:
 
 def cmd_check(args) -> int:
     sources = inventory.from_args(args)
-    hosts, problems = run(sources)
+    hosts, problems = run(sources, args.strict)
     if args.limit:
         chosen = inventory.hosts_matching(sources, args.limit)
         hosts = [h for h in hosts if h in chosen]
