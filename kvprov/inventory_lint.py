@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from yaml.constructor import SafeConstructor
 
+from kvprov import sinks
 from kvprov.errors import EXIT_USAGE, KvprovError
 
 GROUP_KEYS = ("hosts", "children", "vars")
@@ -53,7 +54,8 @@ class Problem:
         location = ":".join(str(p) for p in (self.file, self.line, self.column) if p is not None)
         hosts = hosts if hosts is not None else (f"host {self.host}" if self.host else None)
         severity = self.severity if self.severity != "error" else None
-        return ": ".join(p for p in (location, severity, hosts, self.variable, self.message) if p)
+        line = ": ".join(p for p in (location, severity, hosts, self.variable, self.message) if p)
+        return sinks.shown(line, limit=1 << 30)  # a host or file name's escapes never reach the terminal
 
 
 # ---------------------------------------------------------------------------- YAML

@@ -28,7 +28,10 @@ import unicodedata
 
 # Control characters (C0, DEL, C1 including U+0085 NEXT LINE) and the Unicode line and
 # paragraph separators: systemd, Python's str.splitlines and terminals break lines on some of them.
-BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Control characters and line separators (a new line in a unit or file), and the invisible
+# zero-width and bidirectional-override characters (text that reads otherwise than it parses).
+BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064"
+                    r"\u2066-\u2069\ufeff]")
 MAX_LENGTH = 4096
 PLAIN_WORD = re.compile(r"[A-Za-z0-9_@+=:,./-]+")  # a unit word that needs no quotes
 PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./-]*")

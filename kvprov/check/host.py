@@ -63,10 +63,11 @@ def mount_rules(h: HostView) -> list[Problem]:
 
 
 def _ansible_host(h: HostView) -> list[Problem]:
-    """ansible_host is an address or a DNS name: loadtest and validate build URLs from it (and
-    send the API key there), so a port, path or query in it would send the key elsewhere."""
+    """ansible_host (or, without it, the host's name) is an address or a DNS name: loadtest and
+    validate build URLs from it (and send the API key there), so a port, path or query in it
+    would send the key elsewhere, and ssh would take one starting with - as an option."""
     var = h.host.var("ansible_host")
-    value = var.value if var else None
+    value = var.value if var else h.host.name
     if not isinstance(value, str) or is_template(value):
         return []
     try:
@@ -74,8 +75,13 @@ def _ansible_host(h: HostView) -> list[Problem]:
         return []
     except ValueError:
         pass
-    if re.fullmatch(r"[A-Za-z0-9_.-]{1,253}", value):
+    if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}", value):
         return []
+    if var is None:
+        return [h.problem("inventory_hostname", f'the host name "{sinks.shown(value)}" is what kvprov connects to '
+                                                "(no ansible_host), but it is not an address or a DNS name (letters, "
+                                                "digits, _ . -, not starting with -, which ssh would take as an "
+                                                "option); set ansible_host")]
     return [h.problem("ansible_host", f'"{sinks.shown(value)}" is not an address or a DNS name (a port goes in '
                                       "ansible_port): kvprov builds URLs from it and sends the engine's API key there")]
 

@@ -496,6 +496,26 @@ def test_host_rules_name_their_variable_and_pass_over_what_other_rules_refuse():
         'error kvprov_engine_instances: item 2: expected a mapping, got the string "junk"']
 
 
+def test_what_kvprov_connects_to_never_starts_with_a_dash_nor_hides_a_terminal_escape():
+    """#38 (Low): without ansible_host the host's name is what ssh gets; a line printed for a host
+    shows its name's control characters escaped."""
+    def found(name, **values):
+        return [p for p in check.check_host_values(check.host_from_values(name, {**SERVER, **values}, DEFAULTS),
+                                                   SPECS) if p.variable in ("inventory_hostname", "ansible_host")]
+
+    why = ("is what kvprov connects to (no ansible_host), but it is not an address or a DNS name (letters, digits, "
+           "_ . -, not starting with -, which ssh would take as an option); set ansible_host")
+    [p] = found("-oProxyCommand")
+    assert p.format() == f'host -oProxyCommand: inventory_hostname: the host name "-oProxyCommand" {why}'
+    [p] = found("gpu\x1b]0;x\x07")
+    assert p.format() == f'host gpu\\u001b]0;x\\u0007: inventory_hostname: the host name "gpu\\u001b]0;x\\u0007" {why}'
+    assert found("-oProxyCommand", ansible_host="10.0.0.1") == []  # an alias: ssh gets the address
+    assert [p.message for p in found("gpu1", ansible_host="-F/x")] == [
+        '"-F/x" is not an address or a DNS name (a port goes in ansible_port): kvprov builds URLs from it and sends '
+        "the engine's API key there"]
+    assert found("gpu-a01.corp.example.com") == found("10.1.2.3") == found("fd00::1") == []
+
+
 def test_lmcache_mp_page_and_pool_sizes_with_their_fixes():
     mp = {"kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l2_type": "nixl_store"}
 

@@ -46,7 +46,9 @@ def test_an_environment_assignment_escapes_percent_but_not_dollar():
     assert parsers.unit_environment(unit) == {"FOO": "a' LD_PRELOAD='/dev/shm/x.so $HOME %n"}
 
 
-@pytest.mark.parametrize("value", ["a\nb", "a\rb", "a\x1bb", "a\u2028b", "a\u2029b", "a\x85b", "x" * 5000])
+@pytest.mark.parametrize("value", ["a\nb", "a\rb", "a\x1bb", "a\u2028b", "a\u2029b", "a\x85b", "x" * 5000,
+                                   # zero-width and bidirectional overrides: text that reads otherwise (#38)
+                                   "a\u200bb", "a\u202eb", "a\u2066b", "a\ufeffb", "a\u200fb"])
 def test_no_sink_takes_a_line_break_a_control_character_or_a_huge_value(value):
     for sink in (sinks.unit_word, sinks.unit_path, sinks.mount_source, sinks.netdev):
         with pytest.raises(sinks.SinkError):
@@ -56,6 +58,9 @@ def test_no_sink_takes_a_line_break_a_control_character_or_a_huge_value(value):
 def test_a_message_shows_the_invisible_character():
     assert sinks.string_problem("a\u2028b").startswith('"a\\u2028b" contains U+2028 (line separator)')
     assert "U+0085" in sinks.string_problem("/m\x85x")
+    assert sinks.string_problem("/etc/kvprov/\u202egpj.toml").startswith(
+        '"/etc/kvprov/\\u202egpj.toml" contains U+202E (right-to-left override)')
+    assert sinks.string_problem("café ☕ résumé") is None  # other non-ASCII text is fine
 
 
 @pytest.mark.parametrize("path", ["/mnt/kvcache/ --high-percent 1 --low-percent 0", "/mnt/kv'c", "/a/../etc",
