@@ -241,16 +241,14 @@ def mount_unit(c: Context) -> Result:
     live = c.live()
     if live is not None:
         problems += [f"live vs unit: {x}" for x in mount_state.differences(live, what, [options])]
-    state = ""
-    if c.b.exists(bf.systemctl_file(unit)):
-        state = c.show_unit(unit).get("UnitFileState", "")
-        if not parsers.enabled_at_boot(state):
-            problems.append(f"UnitFileState={show(state) or 'unknown'}: not mounted at boot "
-                            f"(`systemctl enable {unit}`)")
+    state = c.show_unit(unit).get("UnitFileState", "")  # not captured: FAIL, never "enabled" by absence
+    if not parsers.enabled_at_boot(state):
+        problems.append(f"UnitFileState={show(state) or 'unknown'}: not mounted at boot "
+                        f"(`systemctl enable {unit}`)")
     if problems:
         return res(FAIL, expected, show("; ".join(problems), 500),
                   f"{fix} (add --allow-remount when the live mount differs)")
-    found = f"What={show(what)} Options={show(options, 200)}" + (f" UnitFileState={state}" if state else "")
+    found = f"What={show(what)} Options={show(options, 200)} UnitFileState={state}"
     duplicate = _fstab_duplicate(c)
     if duplicate:
         return res(WARN, expected, f"{found}; {duplicate[0]}", duplicate[1])
