@@ -1,8 +1,8 @@
-"""#41 item 3: no proof passes by absence. Every validate check is run on the lab's bundles (and the vLLM engines' rewrites of one) with a
-fresh reader that records which captured files the check reads; then, for each file a passing
-check read, the check runs again with that file missing and with it empty. A check that still
-passes (or turns to SKIP) proved nothing from the file it needed, unless the table below says
-why the file is optional for it."""
+"""#41 item 3: no proof passes by absence. Every validate check is run on the lab's bundles (and
+the vLLM engines' rewrites of one) with a fresh reader that records which captured files the
+check reads; then, for each file a passing check read, the check runs again with that file
+missing and with it empty. A check that still passes (or turns to SKIP) proved nothing from the
+file it needed, unless the table below says why the file is optional for it."""
 
 from __future__ import annotations
 
