@@ -15,7 +15,7 @@ import yaml
 from kvprov.errors import EXIT_USAGE, KvprovError
 
 _words: list[str] = []  # for ansible-playbook
-_verbose = False
+_verbose = 0  # -v given this many times
 _extra: dict[str, Any] = {}  # the extra vars, merged in order
 
 
@@ -29,17 +29,21 @@ def add_args(parser) -> None:
                    help="ask for the become (sudo) password (once)")
     g.add_argument("--become-password-file", "--become-pass-file", dest="become_password_file", metavar="FILE",
                    help="the become password's file")
-    g.add_argument("-v", "--verbose", action="store_true",
-                   help="say which ansible.cfg kvprov's runs use and what kvprov sets on top (audit: list every check too)")
+    g.add_argument("-v", "--verbose", action="count", default=0,
+                   help="say which ansible.cfg kvprov's runs use and what kvprov sets on top (audit: list every check "
+                        "too); repeated (-vv, -vvv), ansible-playbook gets the same (-vvv: its connection debugging, in "
+                        "the run's artifacts)")
 
 
 def configure(args) -> None:
     global _verbose
     from kvprov import vault
 
-    _verbose = bool(getattr(args, "verbose", False))
+    _verbose = int(getattr(args, "verbose", 0) or 0)
     _words.clear()
     _extra.clear()
+    if _verbose > 1:  # -v alone is kvprov's own; -vv gives ansible-playbook -vv, and so on
+        _words.append("-" + "v" * _verbose)
     for given in getattr(args, "extra_vars", []):
         data = parse_extra_vars(given)
         if given.startswith("@"):  # Ansible reads the file again (types, vault): by its absolute path
@@ -122,4 +126,4 @@ def playbook_args() -> list[str]:
 
 
 def verbose() -> bool:
-    return _verbose
+    return _verbose > 0

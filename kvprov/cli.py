@@ -11,6 +11,8 @@ from pathlib import Path
 from kvprov import __version__, paths, vault
 from kvprov.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, KvprovError
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a program whose reader left
+
 
 # Modules that each add one command (their `add_parser(subparsers)`), in help order.
 COMMANDS = [
@@ -41,11 +43,20 @@ class _Version(argparse.Action):
 
         defaults = inventory.read_role_defaults(paths.roles_dir())
         pins = ", ".join(f"{name} {defaults[var].value}" for name, var in PINNED.items() if var in defaults)
-        parser.exit(message=f"kvprov {__version__}\nansible-core {ansible_version}\npinned by default: {pins}\n")
+        print(f"kvprov {__version__}\nansible-core {ansible_version}\npinned by default: {pins}")  # stdout, as ansible's
+        parser.exit()
+
+
+class Parser(argparse.ArgumentParser):
+    """Every (sub)command's parser: an option is spelled out (argparse would take --che for --check)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="kvprov",
         description="Provision and prove a GPU KV-cache tier on NetApp pNFS over RDMA.",
         epilog="Exit codes: 0 ok, 1 checks failed/drift, 2 usage or inventory error, "
@@ -72,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kvprov: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `kvprov ... | head`: the reader left; no traceback, no error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
+        return EXIT_BROKEN_PIPE
+    except EOFError:
+        print("kvprov: error: the input ended before kvprov read what it asked for (a password?)", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as e:  # noqa: BLE001 - a bug: one line here, the traceback in a file
         saved = save_traceback()
         if os.environ.get("KVPROV_DEBUG"):

@@ -15,6 +15,7 @@ import pytest
 
 from kvprov import ansible_cli
 from kvprov.errors import KvprovError
+from tests.conftest import ROOT
 
 INVENTORY = ("all:\n  children:\n    gpu_nodes:\n      hosts:\n        v1:\n        v2:\n      vars:\n"
              "        kvprov_storage_profile: local\n        kvprov_storage_pnfs_layout: none\n")
@@ -87,7 +88,7 @@ def test_a_crash_is_one_line_exit_7_and_a_saved_root_only_traceback(tmp_path, mo
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     monkeypatch.delenv("KVPROV_DEBUG", raising=False)  # CI sets it: tracebacks in the log
 
-    def broken(sources):
+    def broken(*args):
         raise RuntimeError("kvprov bug, somewhere deep")
 
     monkeypatch.setattr(check, "run", broken)
@@ -99,3 +100,24 @@ def test_a_crash_is_one_line_exit_7_and_a_saved_root_only_traceback(tmp_path, mo
     [saved] = (tmp_path / "kvprov/crashes").iterdir()
     assert str(saved) in err and "Traceback" in saved.read_text() and "def broken" not in err
     assert oct(saved.stat().st_mode & 0o777) == "0o600"
+
+
+def test_cli_habits_options_spelled_out_version_on_stdout_verbosity_reaches_ansible_and_a_closed_pipe(tmp_path):
+    """#39: argparse's abbreviations are off (--che was --check), --version prints to stdout as
+    ansible's does, -vvv reaches ansible-playbook, and a reader that leaves is no internal error."""
+    import argparse
+
+    r = kvprov(ROOT, "check", "--che", "inventory/lab.yml")
+    assert r.returncode == 2 and "unrecognized arguments: --che" in r.stderr
+    r = kvprov(ROOT, "--version")
+    assert r.returncode == 0 and r.stdout.startswith("kvprov ") and "ansible-core" in r.stdout and r.stderr == ""
+    parser = argparse.ArgumentParser()
+    ansible_cli.add_args(parser)
+    for given, words in (([], []), (["-v"], []), (["-vvv"], ["-vvv"]), (["-v", "-v"], ["-vv"])):
+        ansible_cli.configure(parser.parse_args(given))
+        assert ansible_cli.playbook_args() == words and ansible_cli.verbose() == bool(given), given
+    # stdout a pipe whose reader left before kvprov wrote (`| head -c 0`)
+    code = ("import os, sys; r, w = os.pipe(); os.close(r); os.dup2(w, 1); from kvprov import cli; "
+            "sys.exit(cli.main(['check', '--json', '-', 'inventory/example.yml']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (r.returncode, r.stderr) == (141, "")
