@@ -6,6 +6,7 @@ of drift the audit knows); --full runs the playbook on every host regardless."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -35,11 +36,20 @@ def add_parser(sub) -> None:
     p.add_argument("--stop-engines", action="store_true",
                    help="with --allow-remount: stop the running engines that require the mount, remount, "
                         "start them again (otherwise such a remount is refused)")
-    p.add_argument("--json", metavar="FILE", help="write the per-host summary and failures as JSON")
+    p.add_argument("--json", metavar="FILE", help="write the per-host summary and failures as JSON ('-': to stdout, "
+                                                  "the human summary to stderr)")
     p.set_defaults(func=cmd_deploy)
 
 
 def cmd_deploy(args) -> int:
+    with contextlib.redirect_stdout(sys.stderr) if args.json == "-" else contextlib.nullcontext():
+        result, clean = deploy(args)  # with --json -, stdout is the JSON's alone
+    if args.json:
+        runner.write_json(result, args.json, clean=clean)
+    return exit_code(result)
+
+
+def deploy(args) -> tuple[runner.RunResult, list[str]]:
     sources = inventory.from_args(args)
     hosts = check.require_valid(sources)
     print(f"deploy: {len(hosts)} host(s) in the inventory{f', limited to {args.limit}' if args.limit else ''}"
@@ -47,7 +57,7 @@ def cmd_deploy(args) -> int:
     command = "deploy --check" if args.check else "deploy"
     if args.stop_engines and not args.allow_remount:
         raise KvprovError("--stop-engines goes with --allow-remount", EXIT_USAGE)
-    if args.json:
+    if args.json and args.json != "-":
         runner.refuse_link(args.json, "--json")  # before anything runs (write_json checks again)
     with lock.inventory_lock(sources, command):
         todo, clean = ([], []) if args.full else audit_first(sources, args.limit)
@@ -71,9 +81,7 @@ def cmd_deploy(args) -> int:
         runner.print_summary(result, rerun=["deploy", *(["--check"] if args.check else []), *inventory.argv(sources)])
     if clean:
         print(f"\n{len(clean)} host(s) audited clean, not run (--full runs them too): {runner.shorten(clean)}")
-    if args.json:
-        runner.write_json(result, args.json, clean=clean)
-    return exit_code(result)
+    return result, clean
 
 
 def audit_first(sources: list[str], limit: str | None) -> tuple[list[str], list[str]]:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import json
 import math
 import random
 import sys
@@ -541,7 +542,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", default=None, help="workload seed (default: a new one per run, recorded in the JSON)")
     p.add_argument("--label", help="the run's name in charts and --compare (default: the time)")
     p.add_argument("--out", metavar="DIR", help="where loadtest.json/.png/.html go (default loadtest-<time>)")
-    p.add_argument("--json", metavar="F", help="also write the JSON to F")
+    p.add_argument("--json", metavar="F", help="also write the JSON to F ('-': to stdout, the paths written to stderr)")
     p.add_argument("--replay", action="store_true",
                    help="(inventory) after each endpoint's sweep, restart its engine units and replay the same "
                         "conversations: what comes back from the storage tier, and TTFT cold vs replayed")
@@ -816,7 +817,9 @@ def _loadtest(args, tunnels: ExitStack) -> int:
         paths = report.write_run(doc, out, args.json)
     except KeyboardInterrupt:  # a second Ctrl-C while writing: finish writing anyway
         paths = report.write_run(doc, out, args.json)
-    print("\n".join(str(p) for p in paths))
+    if args.json == "-":  # stdout is the JSON's alone
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    print("\n".join(str(p) for p in paths), file=sys.stderr if args.json == "-" else sys.stdout)
     if result["stopped"] == "interrupted":
         print("kvprov loadtest: interrupted; what was measured is written", file=sys.stderr)
     return code

@@ -51,7 +51,7 @@ def write_run(doc: dict, out: Path, json_copy: str | None = None) -> list[Path]:
     text = (json.dumps(doc, indent=2) + "\n").encode()
     paths = [out / JSON_NAME]
     _write(out / JSON_NAME, text)
-    if json_copy:
+    if json_copy and json_copy != "-":  # -: the caller prints it to stdout
         _write(Path(json_copy), text)
         paths.append(Path(json_copy))
     png = load_chart(doc) if doc.get("load") else chart([doc])  # a load sweep: against the load

@@ -305,18 +305,24 @@ def refuse_link(path: str | Path, option: str) -> None:
 
 
 def write_json(result: RunResult, path: str | Path, clean: list[str] = ()) -> None:
-    """The run's summary (deploy --json FILE); `clean`: hosts not run because the audit found
-    them clean (zero counts). It names hosts and their failures: written 0600 through a new
-    file in FILE's directory renamed over it (report.write_file), never through a link."""
+    """The run's summary (deploy --json FILE, or - for stdout); `clean`: hosts not run because
+    the audit found them clean (zero counts). It names hosts and their failures: written 0600
+    through a new file in FILE's directory renamed over it (report.write_file), never through a
+    link."""
     from kvprov.validate.report import write_file
 
-    refuse_link(path, "--json")
+    if str(path) != "-":
+        refuse_link(path, "--json")
     hosts = {**{h: HostSummary() for h in clean}, **result.hosts}
     data = {"rc": result.rc, "seconds": round(result.seconds, 1),
             "artifacts": str(result.artifacts) if result.artifacts else None,
             "hosts": {h: asdict(s) for h, s in sorted(hosts.items())}, "clean": sorted(clean),
             "failures": [asdict(f) for f in result.failures], "diffs": result.diffs}
-    write_file(str(path), json.dumps(data, indent=2) + "\n")
+    text = json.dumps(data, indent=2) + "\n"
+    if str(path) == "-":
+        sys.stdout.write(text)
+    else:
+        write_file(str(path), text)
 
 
 def format_diffs(result: RunResult) -> str:

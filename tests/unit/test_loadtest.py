@@ -382,8 +382,11 @@ def test_run_writes_json_png_and_html_and_later_turns_hit_the_prefix(standins, t
 
     # a second run and --compare overlays both
     r = kvprov("loadtest", "--url", chat.url, *SMALL[:1], "40", *SMALL[2:], "--out", str(tmp_path / "run2"),
-               "--label", "after", timeout=60)
+               "--label", "after", "--json", "-", timeout=60)
     assert r.returncode == 0, r.stderr
+    # --json -: the run's JSON on stdout alone (#39), the files written named on stderr
+    assert json.loads(r.stdout) == json.loads((tmp_path / "run2" / "loadtest.json").read_text())
+    assert str(tmp_path / "run2" / "loadtest.json") in r.stderr and not (ROOT / "-").exists()
     r = kvprov("loadtest", "--compare", str(out / "loadtest.json"), str(tmp_path / "run2" / "loadtest.json"),
                "--out", str(tmp_path / "cmp"), timeout=60)
     assert r.returncode == 0, r.stderr

@@ -57,3 +57,18 @@ def test_deploy_refuses_a_link_at_the_json_file_before_anything_runs(tmp_path, m
     assert cli.main(["deploy", "inv.yml", "--json", str(link)]) == EXIT_USAGE
     assert ran == [] and victim.read_text() == "mine"
     assert f"--json {link} is a symbolic link" in capsys.readouterr().err
+
+
+def test_json_dash_writes_the_summary_to_stdout_alone(monkeypatch, capsys):
+    """#39: `--json -` is stdout, as for audit, validate and check (it wrote a file named -); the
+    human lines go to stderr so that stdout parses."""
+    import contextlib
+
+    monkeypatch.setattr(deploy.inventory, "from_args", lambda args: ["inv.yml"])
+    monkeypatch.setattr(deploy.check, "require_valid", lambda sources: ["gpu1"])
+    monkeypatch.setattr(deploy, "audit_first", lambda *a: ([], ["gpu1"]))
+    monkeypatch.setattr(deploy.deployed_secrets, "changed", lambda *a: [])
+    monkeypatch.setattr(deploy.lock, "inventory_lock", lambda *a: contextlib.nullcontext())
+    assert cli.main(["deploy", "inv.yml", "--json", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["clean"] == ["gpu1"] and "audited clean, not run" in err
