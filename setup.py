@@ -18,7 +18,7 @@ from setuptools.command.build_py import build_py
 HERE = Path(__file__).resolve().parent
 # What Ansible reads at run time, and the readme galaxy.yml names (docs/collection.md), so the
 # bundled directory is a whole collection (ansible-galaxy collection build accepts it too).
-COLLECTION = ("galaxy.yml", "ansible.cfg", "meta", "playbooks", "plugins", "roles", "docs/collection.md")
+COLLECTION = ("galaxy.yml", "LICENSE", "ansible.cfg", "meta", "playbooks", "plugins", "roles", "docs/collection.md")
 BUNDLE = Path("kvprov", "collection", "ansible_collections", "kvprov", "kvprov")
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "*.retry")
 

@@ -43,8 +43,8 @@ class _Version(argparse.Action):
 
         defaults = inventory.read_role_defaults(paths.roles_dir())
         pins = ", ".join(f"{name} {defaults[var].value}" for name, var in PINNED.items() if var in defaults)
-        print(f"kvprov {__version__}\nansible-core {ansible_version}\npinned by default: {pins}")  # stdout, as ansible's
-        parser.exit()
+        print(f"kvprov {__version__}\nansible-core {ansible_version}\npinned by default: {pins}")
+        parser.exit()  # after printing to stdout, as ansible --version does
 
 
 class Parser(argparse.ArgumentParser):

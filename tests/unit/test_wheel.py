@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import ROOT
 
 INVENTORY = ROOT / "inventory/example.yml"
-COLLECTION = ("galaxy.yml", "ansible.cfg", "meta", "playbooks", "plugins", "roles", "docs/collection.md")  # setup.py's
+COLLECTION = ("galaxy.yml", "LICENSE", "ansible.cfg", "meta", "playbooks", "plugins", "roles", "docs/collection.md")  # setup.py's
 
 
 def run(args, **kw) -> subprocess.CompletedProcess:
