@@ -21,11 +21,48 @@ description:
   - A lock left by an interrupted run of the same owner is taken over; any other holder is refused, by name.
 author: kvprov maintainers (!UNKNOWN)
 options:
-  state: {type: str, choices: [present, absent], default: present, description: take or release}
-  owner: {type: str, required: true, description: "who asks: controller host name and inventory path"}
-  command: {type: str, default: deploy, description: what the holder runs (shown to a refused run)}
-  run_id: {type: str, required: true, description: this run's id (only its own lock is released)}
-  path: {type: path, default: /run/kvprov/deploy.lock, description: the lock file (its directory is root-only)}
+  state:
+    description: Take (V(present)) or release (V(absent)) the lock.
+    type: str
+    choices: [present, absent]
+    default: present
+  owner:
+    description: "Who asks: the controller's host name and the inventory's path."
+    type: str
+    required: true
+  command:
+    description: What the holder runs (shown to a refused run).
+    type: str
+    default: deploy
+  run_id:
+    description: This run's id (only its own lock is released).
+    type: str
+    required: true
+  path:
+    description: The lock file (its directory is root-only).
+    type: path
+    default: /run/kvprov/deploy.lock
+attributes:
+  check_mode:
+    description: Writes nothing; refused while another run holds the lock, as a real run would be.
+    support: full
+  diff_mode:
+    description: No diff.
+    support: none
+  platform:
+    description: Linux.
+    platforms: posix
+"""
+
+RETURN = r"""
+released:
+  description: Whether this run's lock was released (V(state=absent)).
+  returned: when state is absent
+  type: bool
+msg:
+  description: Whose stale lock was taken over, or empty.
+  returned: when state is present
+  type: str
 """
 
 EXAMPLES = r"""

@@ -19,6 +19,16 @@ options:
       judged already).
     type: bool
     default: true
+attributes:
+  check_mode:
+    description: Changes nothing; runs the same in check mode.
+    support: full
+  diff_mode:
+    description: No diff.
+    support: none
+  platform:
+    description: Runs on the controller (an action plugin).
+    platforms: posix
 """
 
 EXAMPLES = r"""

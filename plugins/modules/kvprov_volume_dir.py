@@ -21,10 +21,32 @@ description:
   - Refuses a symbolic link or a non-directory at any component below I(base), naming it.
 author: kvprov maintainers (!UNKNOWN)
 options:
-  base: {type: path, required: true, description: the mount point (trusted; it must be a directory, not a link)}
-  path: {type: path, required: true, description: the directory (under base)}
-  owner: {type: str, required: true, description: its owner (and group, of the same name)}
-  mode: {type: str, required: true, description: its mode, octal (e.g. "0750")}
+  base:
+    description: The mount point (trusted; it must be a directory, not a link).
+    type: path
+    required: true
+  path:
+    description: The directory to create, under I(base).
+    type: path
+    required: true
+  owner:
+    description: Its owner, and group of the same name.
+    type: str
+    required: true
+  mode:
+    description: Its mode, in octal (for example V("0750")).
+    type: str
+    required: true
+attributes:
+  check_mode:
+    description: Reads only, and says what it would create or change.
+    support: full
+  diff_mode:
+    description: No diff.
+    support: none
+  platform:
+    description: Linux (openat with O_NOFOLLOW).
+    platforms: posix
 """
 
 EXAMPLES = r"""
@@ -34,6 +56,18 @@ EXAMPLES = r"""
     path: /mnt/kvcache/kv/vllm_offload/models-Qwen3-8B
     owner: kvprov-engine
     mode: "0750"
+"""
+
+RETURN = r"""
+path:
+  description: The directory.
+  returned: always
+  type: str
+changes:
+  description: What was (or in check mode would be) created or changed, one line each.
+  returned: always
+  type: list
+  elements: str
 """
 
 import errno
