@@ -154,6 +154,21 @@ def mount_source(value) -> str:
     return _checked(value, "mount source", problem)
 
 
+def plain_name(value) -> str:
+    """A name systemd or a configuration file takes as it is, unquoted: User=, Group=, a unit name
+    in After=/Requires=/Unit=, idmapd.conf's Domain."""
+    value = str(value)
+    return _checked(value, "name", string_problem(value) or (None if PLAIN_WORD.fullmatch(value) else (
+        f'"{shown(value)}" is not a plain name (letters, digits, _ @ + = : , . / -)')))
+
+
+def unit_text(value) -> str:
+    """Free text on one unit line (Description=): no line break or control character; % doubled
+    (systemd's specifiers)."""
+    value = str(value)
+    return _checked(value, "unit text", string_problem(value)).replace("%", "%%")
+
+
 def netdev(value) -> str:
     """An interface name inside the soft-RoCE unit's `sh -c '...'`."""
     value = str(value)

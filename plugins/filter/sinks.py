@@ -8,6 +8,8 @@ so a value that is itself a template is checked as well.
   kvprov.kvprov.mount_options  the mount unit's Options= (a list in, one line out)
   kvprov.kvprov.mount_source   the mount unit's What=
   kvprov.kvprov.netdev         an interface name in the soft-RoCE unit's shell command
+  kvprov.kvprov.plain_name     User=, Group=, unit names, idmapd.conf's Domain: one unquoted name
+  kvprov.kvprov.unit_text      free text on one unit line (Description=), % doubled
 """
 
 from __future__ import annotations
@@ -46,4 +48,6 @@ class FilterModule:
             "mount_options": _filter(lambda options: sinks.mount_options(options, mount_state.expectations)),
             "mount_source": _filter(sinks.mount_source),
             "netdev": _filter(sinks.netdev),
+            "plain_name": _filter(sinks.plain_name),
+            "unit_text": _filter(sinks.unit_text),
         }

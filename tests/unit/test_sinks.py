@@ -162,6 +162,20 @@ def test_a_template_value_is_checked_after_templating(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("variable, sink", [("kvprov_engine_user", "name"), ("kvprov_storage_idmap_domain", "name")])
+def test_a_templated_name_is_checked_where_it_lands(tmp_path, variable, sink):
+    """#38: User=/Group= and idmapd.conf's Domain had no sink filter: a templated value that renders
+    a newline added a root ExecStartPre=+ line to the engine units, or a section to idmapd.conf."""
+    host = "gpu-c01.corp.example.com"
+    r = render(tmp_path, host, {variable: "{{ 'kvprov%c[Service]%cExecStartPre=+/bin/sh' | format(10, 10) }}"})
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and f"kvprov refuses to render this value: {sink}:" in out and "U+000A (newline)" in out
+    assert not (tmp_path / "out").exists()
+    assert sinks.plain_name("kvprov-engine") == "kvprov-engine" and sinks.unit_text("50% of /kv") == "50%% of /kv"
+    with pytest.raises(sinks.SinkError, match="is not a plain name"):
+        sinks.plain_name("kvprov engine")
+
+
 def test_an_api_beyond_loopback_answers_only_its_clients(tmp_path):
     host = "gpu-c01.corp.example.com"
     key = tmp_path / "key"
