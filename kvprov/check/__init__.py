@@ -222,7 +222,7 @@ def namespace_lines(found: list[dict]) -> list[str]:
 
 def cmd_check(args) -> int:
     sources = inventory.from_args(args)
-    hosts, problems = run(sources, args.strict)
+    hosts, problems = run(sources, getattr(args, "strict", False))
     if args.limit:
         chosen = inventory.hosts_matching(sources, args.limit)
         hosts = [h for h in hosts if h in chosen]
