@@ -63,8 +63,8 @@ def test_version_and_ansible_range_are_kvprovs():
 def test_the_installed_tree_is_roles_playbooks_and_plugins_only(installed):
     _, coll, _ = installed
     top = sorted(p.name for p in coll.iterdir())
-    assert top == ["CHANGELOG.md", "FILES.json", "MANIFEST.json", "README.md", "docs", "meta", "playbooks", "plugins",
-                   "roles", "tests"]
+    assert top == ["CHANGELOG.md", "FILES.json", "LICENSE", "MANIFEST.json", "README.md", "docs", "meta", "playbooks",
+                   "plugins", "roles", "tests"]
     assert [str(p.relative_to(coll)) for p in (coll / "tests").rglob("*")] == ["tests/sanity",
                                                                             "tests/sanity/ignore-2.19.txt"]
     assert sorted(p.name for p in (coll / "roles").iterdir()) == ROLES
