@@ -35,24 +35,6 @@ options:
       where deploy notes the engine restarts it owes (the engine role's restart-pending
       directory): its entries are listed as restart_pending.json (default: the desired
       state's engine.restart_pending_dir)
-attributes:
-  check_mode:
-    description: Reads only, except the I/O probe (I(probes=true)), which writes and removes a file of its own on the
-      KV mount; it runs the same in check mode.
-    support: full
-  diff_mode:
-    description: No diff.
-    support: none
-  platform:
-    description: Linux.
-    platforms: posix
-"""
-
-RETURN = r"""
-files:
-  description: The bundle's files, name to content (the layout of kvprov docs/bundle.md).
-  returned: always
-  type: dict
 """
 
 EXAMPLES = r"""

@@ -22,55 +22,6 @@ options:
   source: {type: str, default: "", description: Desired source (server:/export).}
   options: {type: list, elements: str, default: [], description: Desired mount options.}
   unit: {type: str, default: "", description: "The mount unit: its running dependents are listed (a remount restarts them)."}
-attributes:
-  check_mode:
-    description: Reads only; runs the same in check mode.
-    support: full
-  diff_mode:
-    description: No diff.
-    support: none
-  platform:
-    description: Linux (/proc).
-    platforms: posix
-"""
-
-RETURN = r"""
-mounted:
-  description: Whether something is mounted at I(path).
-  returned: always
-  type: bool
-source:
-  description: The live mount's source.
-  returned: when mounted
-  type: str
-fstype:
-  description: The live mount's file system type.
-  returned: when mounted
-  type: str
-options:
-  description: The live mount's options, in the kernel's spelling (name to value; true for a flag).
-  returned: when mounted
-  type: dict
-differences:
-  description: How the live mount differs from I(source) and I(options), one line each.
-  returned: always
-  type: list
-  elements: str
-users:
-  description: The processes that have the mount open (pid, command, unit), when it differs.
-  returned: always
-  type: list
-  elements: str
-other_users:
-  description: Those of I(users) that stopping the mount unit's dependents would not end.
-  returned: when mounted
-  type: list
-  elements: str
-dependents:
-  description: The mount unit's running dependents (a remount restarts them), when it differs.
-  returned: always
-  type: list
-  elements: str
 """
 
 EXAMPLES = r"""
