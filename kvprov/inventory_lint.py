@@ -96,6 +96,9 @@ def parse_yaml(text: str, file: str) -> yaml.Node | None:
         return None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None and expanded_size(node) > MAX_EXPANDED:
+            raise InventoryError(f"YAML aliases (*name) expand this file to more than {MAX_EXPANDED:,} values: "
+                                 "an alias bomb, not an inventory; write the values out", file)
         if node is not None:
             construct(node)  # surface constructor errors (bad timestamps, ...) here
         return node
@@ -110,6 +113,30 @@ def parse_yaml(text: str, file: str) -> yaml.Node | None:
         raise InventoryError(f"YAML error: {detail}", file, line, col) from None
     except yaml.YAMLError as e:
         raise InventoryError(f"YAML error: {e}", file) from None
+
+
+MAX_EXPANDED = 5_000_000  # values a file may hold once its aliases are expanded (10,000 hosts x 500)
+
+
+def expanded_size(node: yaml.Node) -> int:
+    """How many nodes the document holds with every alias expanded, counted once per node object
+    (aliases share them): linear in the file, whatever the expansion."""
+    sizes: dict[int, int] = {}
+    order, seen = [node], set()
+    while order:  # children before parents, without recursion (the nesting can be deep)
+        n = order[-1]
+        if id(n) in seen:
+            order.pop()
+            children = [c for kv in n.value for c in kv] if isinstance(n, yaml.MappingNode) else (
+                n.value if isinstance(n, yaml.SequenceNode) else [])
+            sizes[id(n)] = 1 + sum(sizes.get(id(c), 1) for c in children)
+            continue
+        seen.add(id(n))
+        if isinstance(n, yaml.MappingNode):
+            order += [c for kv in n.value for c in kv if id(c) not in seen]
+        elif isinstance(n, yaml.SequenceNode):
+            order += [c for c in n.value if id(c) not in seen]
+    return sizes[id(node)]
 
 
 def mapping_items(node: yaml.MappingNode) -> list[tuple[str, yaml.Node, yaml.Node]]:

@@ -553,3 +553,30 @@ def test_values_are_plain_python(monkeypatch):
         for host in inventory.load(sources if len(sources) > 1 else sources[0]).hosts:
             yaml.safe_dump(host.values())
             assert all(type(n) is str and type(v.name) is str for n, v in host.vars.items())
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once_and_ordinary_aliases_still_work(tmp_path):
+    """#38 (Low): nine levels of nine aliases expand to 387 million values; kvprov check spent
+    minutes on it. It is refused from the file's own size; anchors and merge keys as inventories
+    use them pass."""
+    import time
+
+    from kvprov import check
+
+    levels = ['          a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"          {n}: &{n} [{', '.join([f'*{p}'] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi")]
+    head = ("all:\n  children:\n    gpu_nodes:\n      hosts: {s1: null}\n      vars:\n"
+            "        kvprov_storage_profile: local\n        kvprov_storage_pnfs_layout: none\n"
+            "        kvprov_engine_model_revision: abc\n")
+    (tmp_path / "bomb.yml").write_text(head + "        kvprov_engine_environment:\n" + "\n".join(levels) + "\n")
+    t0 = time.monotonic()
+    hosts, problems = check.run(str(tmp_path / "bomb.yml"))
+    assert time.monotonic() - t0 < 20 and hosts == []
+    assert [p.message for p in problems] == ["YAML aliases (*name) expand this file to more than 5,000,000 values: an "
+                                             "alias bomb, not an inventory; write the values out"]
+    (tmp_path / "ok.yml").write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n"
+                                     "        s1: &h {kvprov_engine_model_revision: abc, kvprov_storage_profile: local}\n"
+                                     "        s2:\n          <<: *h\n          kvprov_storage_pnfs_layout: none\n"
+                                     "      vars: {kvprov_storage_pnfs_layout: none}\n")
+    hosts, problems = check.run(str(tmp_path / "ok.yml"))
+    assert hosts == ["s1", "s2"] and not check.has_errors(problems), problems
