@@ -106,3 +106,73 @@ def test_sources_that_run_when_read_are_refused_unread(tmp_path):
     assert [line.split(": strict mode: ")[0] for line in r.stdout.splitlines() if "strict mode" in line] == [
         str(tmp_path / "ansible.cfg"), str(d / "built.yml"), str(script)], r.stdout
     assert "0 host(s) checked, 3 error(s)" in r.stdout
+
+
+# ---------------------------------------------------------------------------- the rules, in process
+
+def test_strict_mode_is_the_flag_or_the_environment(monkeypatch):
+    from kvprov.check import strict
+
+    monkeypatch.delenv("KVPROV_STRICT", raising=False)
+    assert strict.enabled(True) and not strict.enabled(False)
+    for value, on in (("1", True), ("true", True), (" YES ", True), ("0", False), ("", False), ("no", False)):
+        monkeypatch.setenv("KVPROV_STRICT", value)
+        assert strict.enabled() is on, value
+
+
+def test_each_inventory_rule_in_process(tmp_path, monkeypatch):
+    from kvprov import inventory as inv_module
+    from kvprov.check import strict
+
+    monkeypatch.delenv("KVPROV_STRICT_ROOTS", raising=False)
+    d = tmp_path / "inv"
+    d.mkdir()
+    inside, outside = d / "key", tmp_path / "outside-key"
+    for f in (inside, outside):
+        f.write_text("k\n")
+        f.chmod(0o600)
+    (d / "link-key").symlink_to(outside)
+    allowed = {name: "x" for name in strict.CONNECTION_VARS}
+    allowed.update({"ansible_port": 22, "ansible_become": True, "ansible_become_method": "su",
+                    "ansible_ssh_private_key_file": str(inside)})
+    hosts = {"ok": allowed,
+             "bad": {"ansible_become_method": "doas", "ansible_shell_executable": "/bin/sh",
+                     "kvprov_engine_api_key_file": str(outside), "kvprov_engine_hf_token_file": str(d / "link-key"),
+                     "kvprov_engine_environment": {"A": ["{# a comment #}"]}, "kvprov_engine_namespace": "{% x %}"}}
+    path = d / "inv.yml"
+    path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": hosts, "vars": BASE}}}}))
+    found = {(p.host, p.variable): p.message for p in strict.inventory_problems(inv_module.load(str(path)), [str(path)])}
+    where = f"outside the inventory's directories ({d}); keep it there, or add its directory to KVPROV_STRICT_ROOTS"
+    assert found == {
+        ("bad", "ansible_become_method"): "strict mode: the become method is one of sudo, su",
+        ("bad", "ansible_shell_executable"): "strict mode: only where and as whom to connect may be set ("
+        + ", ".join(sorted(strict.CONNECTION_VARS)) + "); this one chooses what runs where",
+        ("bad", "kvprov_engine_api_key_file"): f"strict mode: {outside} is a file of the controller {where}",
+        ("bad", "kvprov_engine_hf_token_file"): f"strict mode: {d / 'link-key'} is a file of the controller {where}",
+        ("bad", "kvprov_engine_environment"): "strict mode: holds Jinja, which runs on the controller when a command "
+                                              "renders it; give the value itself",
+        ("bad", "kvprov_engine_namespace"): "strict mode: holds Jinja, which runs on the controller when a command "
+                                            "renders it; give the value itself"}
+    monkeypatch.setenv("KVPROV_STRICT_ROOTS", f"/nonexistent:{tmp_path}")
+    found = {p.variable for p in strict.inventory_problems(inv_module.load(str(path)), [str(path)])}
+    assert "kvprov_engine_api_key_file" not in found and "kvprov_engine_hf_token_file" not in found
+    assert strict.allowed_roots([str(path), str(d)]) == [str(d), str(d), "/nonexistent", str(tmp_path)]
+
+
+def test_sources_that_run_or_configure_in_process(tmp_path, monkeypatch):
+    from kvprov.check import strict
+
+    d = tmp_path / "inv"
+    (d / "group_vars").mkdir(parents=True)
+    (d / "hosts.yml").write_text("all: {}\n")
+    for name in ("run.sh", "group_vars/all.sh", "notes.txt"):  # only the first is an inventory source
+        (d / name).write_text("#!/bin/sh\n")
+        (d / name).chmod(0o755)
+    (d / "built.yaml").write_text("plugin: constructed\n")
+    (d / "broken.yml").write_text("a: [\n")  # the loader reports it
+    monkeypatch.chdir(tmp_path)
+    found = [p.file for p in strict.source_problems([str(d), str(d / "gone.yml")])]
+    assert found == [str(d / "built.yaml"), str(d / "run.sh")], found
+    (tmp_path / "ansible.cfg").write_text("[defaults]\n")
+    assert strict.source_problems([str(d / "hosts.yml")])[0].file == str(tmp_path / "ansible.cfg")
+    assert len(strict.source_problems([str(d / "hosts.yml")])) == 1
