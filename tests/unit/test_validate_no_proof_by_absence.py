@@ -2,7 +2,9 @@
 the vLLM engines' rewrites of one) with a fresh reader that records which captured files the
 check reads; then, for each file a passing check read, the check runs again with that file
 missing and with it empty. A check that still passes (or turns to SKIP) proved nothing from the
-file it needed, unless the table below says why the file is optional for it."""
+file it needed, unless the table below says why the file is optional for it. The audit's
+checks the same way (they share one reader: a file is credited to the first check that reads
+it)."""
 
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ OPTIONAL: list[tuple[str, str, str | None, str, str | None]] = [
      "the unit file's Environment= stands in for `systemctl show`", None),
     ("engine.main.state", "gpu.json", None,
      "whether the unit should run is systemd's ConditionResult when gpu.json is unusable", None),
+    ("file:*", "collect.json", None,
+     "read only to quote the collector's note when the file is missing; the file's content is the proof", None),
     ("engine.main.cache", "metrics/main.txt", "missing",
      "a bundle of `kvprov audit` probes no /metrics (SKIP); LMCache MP's server counters alone show the "
      "connector consulted (PASS)", None),
@@ -113,4 +117,37 @@ def test_a_passing_check_fails_without_what_it_read(name, tmp_path):
                 elif instead and run(files, desired, instead, every[instead], **change)[0] in (PASS, SKIP):
                     broken.append(f"{check_id}: {got} with {file} {label}, and {instead} passes too")
     assert proved > 20  # the table reached the checks
+    assert broken == [], "\n".join(broken)
+
+
+@pytest.mark.parametrize("name", BUNDLES)
+def test_a_passing_audit_check_fails_without_what_it_read(name, monkeypatch):
+    from kvprov import audit
+
+    root = FIXTURES / "bundles" / name
+    files = bundle_files(root)
+    desired = bf.load_desired(bf.Bundle(root))
+    current, reads = [""], {}
+    checked = audit.run_check
+
+    def run_check(check_id, category, fn):  # which check is reading
+        current[0] = check_id
+        return checked(check_id, category, fn)
+
+    class Credited(Recording):
+        def raw(self, name_: str) -> bytes:
+            reads.setdefault(current[0], set()).add(name_)
+            return super().raw(name_)
+
+    monkeypatch.setattr(audit, "run_check", run_check)
+    base = {r.id: r.status for r in audit.audit(Credited(files), desired)}
+    broken, proved = [], 0
+    for check_id, status in base.items():
+        for file in sorted(reads.get(check_id, set()) & set(files) - {bf.DESIRED}) if status == PASS else []:
+            for change, label in (({"hidden": file}, "missing"), ({"empty": file}, "empty")):
+                got = {r.id: r.status for r in audit.audit(Recording(files, **change), desired)}[check_id]
+                proved += 1
+                if got in (PASS, SKIP) and not optional(check_id, file, label):
+                    broken.append(f"{check_id}: {got} with {file} {label}")
+    assert proved > 10
     assert broken == [], "\n".join(broken)
