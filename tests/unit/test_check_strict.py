@@ -132,10 +132,18 @@ def test_each_inventory_rule_in_process(tmp_path, monkeypatch):
         f.write_text("k\n")
         f.chmod(0o600)
     (d / "link-key").symlink_to(outside)
-    allowed = {name: "x" for name in strict.CONNECTION_VARS}
+    connection = ["ansible_become", "ansible_become_method", "ansible_become_pass", "ansible_become_password",
+                  "ansible_become_user", "ansible_host", "ansible_password", "ansible_port", "ansible_ssh_pass",
+                  "ansible_ssh_private_key_file", "ansible_user"]  # written out: the rule's own table is under test
+    allowed = {name: "x" for name in connection}
     allowed.update({"ansible_port": 22, "ansible_become": True, "ansible_become_method": "su",
                     "ansible_ssh_private_key_file": str(inside)})
-    hosts = {"ok": allowed,
+    controller = ["ansible_ssh_private_key_file", "kvprov_engine_api_key_file", "kvprov_engine_hf_token_file",
+                  "kvprov_engine_tls_cert_file", "kvprov_engine_tls_key_file", "kvprov_engine_tls_ca_file",
+                  "kvprov_engine_s3_credentials_file", "kvprov_engine_wheelhouse", "kvprov_storage_credentials_file"]
+    hosts = {"ok": allowed, "sudo": {"ansible_become_method": "sudo", "kvprov_engine_served_model_name": "{ x }"},
+             "files": {name: str(outside) for name in controller},
+             "jinja": {"kvprov_engine_extra_args": ["--a", "{{ b }}"], "kvprov_engine_environment": {"{{ k }}": "v"}},
              "bad": {"ansible_become_method": "doas", "ansible_shell_executable": "/bin/sh",
                      "kvprov_engine_api_key_file": str(outside), "kvprov_engine_hf_token_file": str(d / "link-key"),
                      "kvprov_engine_environment": {"A": ["{# a comment #}"]}, "kvprov_engine_namespace": "{% x %}"}}
@@ -143,10 +151,14 @@ def test_each_inventory_rule_in_process(tmp_path, monkeypatch):
     path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": hosts, "vars": BASE}}}}))
     found = {(p.host, p.variable): p.message for p in strict.inventory_problems(inv_module.load(str(path)), [str(path)])}
     where = f"outside the inventory's directories ({d}); keep it there, or add its directory to KVPROV_STRICT_ROOTS"
+    jinja = "strict mode: holds Jinja, which runs on the controller when a command renders it; give the value itself"
+    assert {k: found.pop(k) for k in list(found) if k[0] in ("files", "jinja")} == {
+        **{("files", name): f"strict mode: {outside} is a file of the controller {where}" for name in controller},
+        ("jinja", "kvprov_engine_extra_args"): jinja, ("jinja", "kvprov_engine_environment"): jinja}
     assert found == {
         ("bad", "ansible_become_method"): "strict mode: the become method is one of sudo, su",
         ("bad", "ansible_shell_executable"): "strict mode: only where and as whom to connect may be set ("
-        + ", ".join(sorted(strict.CONNECTION_VARS)) + "); this one chooses what runs where",
+        + ", ".join(connection) + "); this one chooses what runs where",
         ("bad", "kvprov_engine_api_key_file"): f"strict mode: {outside} is a file of the controller {where}",
         ("bad", "kvprov_engine_hf_token_file"): f"strict mode: {d / 'link-key'} is a file of the controller {where}",
         ("bad", "kvprov_engine_environment"): "strict mode: holds Jinja, which runs on the controller when a command "
