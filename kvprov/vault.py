@@ -17,6 +17,7 @@ import atexit
 import getpass
 import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -87,16 +88,50 @@ def playbook_args() -> list[str]:
     return [w for s in _cli_ids for w in ("--vault-id", s)]
 
 
+def _remember(text: str) -> None:
+    """A decrypted text for hide(): as it is, and as kvprov's messages, JSON and repr() escape it."""
+    from kvprov.sinks import shown
+
+    if text:
+        _secrets.update({text, shown(text), shown(text, limit=len(text) * 6), json.dumps(text)[1:-1], repr(text)[1:-1]})
+
+
 def revealed(value):
     """An inline !vault value (ansible.parsing.vault.EncryptedString) as its plain text,
     remembered for hide(); any other value as it is."""
     if type(value).__name__ != "EncryptedString":
         return value
-    from kvprov.sinks import shown
-
     text = str(value)
-    if text:  # as it is, and as kvprov's messages, JSON and repr() escape it
-        _secrets.update({text, shown(text), shown(text, limit=len(text) * 6), json.dumps(text)[1:-1], repr(text)[1:-1]})
+    _remember(text)
+    return text
+
+
+def is_encrypted(data: bytes) -> bool:
+    """Whether a file's content is an `ansible-vault encrypt`-ed file."""
+    return data.lstrip().startswith(b"$ANSIBLE_VAULT;")
+
+
+def decrypted(data: bytes) -> str:
+    """A whole-file vault-encrypted controller file's plain text, as Ansible's file lookup reads
+    it (deploy copies secrets with it), with the passwords this process was given (set_secrets,
+    or ansible-playbook's own); its text and each of its lines remembered for hide().
+    ValueError says why it cannot be decrypted."""
+    from ansible.errors import AnsibleError
+    from ansible.parsing.vault import VaultLib, VaultSecretsContext
+
+    context = VaultSecretsContext.current(optional=True)
+    if context is None or not context.secrets:
+        raise ValueError("it is vault-encrypted and no vault password was given (--vault-id, --vault-password-file, "
+                         "-J, ANSIBLE_VAULT_PASSWORD_FILE or ansible.cfg's vault_password_file)")
+    try:
+        text = VaultLib(context.secrets).decrypt(data).decode()
+    except (AnsibleError, UnicodeDecodeError):
+        raise ValueError("it is vault-encrypted and no vault password given decrypts it") from None
+    lines = [line.strip() for line in text.splitlines()]
+    values = [value.strip() for name, sep, value in (line.partition("=") for line in lines)
+              if sep and re.search(r"pass|secret|token|key", name, re.I)]  # NAME=value files: the secret's value
+    for secret in (text, text.strip(), *lines, *values):
+        _remember(secret)
     return text
 
 

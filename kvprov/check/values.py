@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import yaml
 
-from kvprov import inventory, namespace, sinks
+from kvprov import inventory, namespace, sinks, vault
 from kvprov.check import bounds
 from kvprov.inventory import Problem, Setting, Var
 
@@ -522,10 +522,11 @@ def _secret_lines(value: str, what: str) -> tuple[list[str] | None, list[Finding
     if not path.is_file():
         return None, [Finding(f'"{value}" is not a file on this controller (deploy copies {what} from it)')]
     try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
+        data = path.read_bytes()
+        lines = (vault.decrypted(data) if vault.is_encrypted(data) else data.decode()).splitlines()
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         return None, [Finding(f'"{value}" cannot be read: {getattr(e, "strerror", None) or e}')]
-    if path.stat().st_mode & 0o077:
+    if path.stat().st_mode & 0o077 and not vault.is_encrypted(data):
         return lines, [Finding(f'"{value}" can be read by others on this controller: chmod 600 it', severity="warning")]
     return lines, []
 

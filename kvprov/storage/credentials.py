@@ -1,6 +1,6 @@
 """The ONTAP credentials file named by kvprov_storage_credentials_file: lines `username=NAME`
 and `password=SECRET` (blank lines and # comments allowed), in a file only its owner (root,
-or the user running kvprov) can read. `kvprov check` and `kvprov storage check` read it
+or the user running kvprov) can read, or in an `ansible-vault encrypt`-ed file (any mode). `kvprov check` and `kvprov storage check` read it
 through `read`; its values are never printed."""
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from kvprov import vault
 
 KEYS = ("username", "password")
 
@@ -62,14 +64,17 @@ def read(path: str) -> Credentials:
         st = os.fstat(fh.fileno())
         if not Path(path).is_file():
             raise CredentialsError(f'"{path}" is not a regular file')
-        if st.st_mode & 0o077:
+        data = fh.read()
+        if st.st_mode & 0o077 and not vault.is_encrypted(data):
             raise CredentialsError(f'"{path}" is readable or writable by group or others (mode '
                                    f'{st.st_mode & 0o777:04o}): chmod 600 it, it holds the ONTAP password')
         if st.st_uid not in (0, os.geteuid()):
             raise CredentialsError(f'"{path}" belongs to uid {st.st_uid}, not to root: chown root it '
                                    "(only root may read the ONTAP password)")
         try:
-            text = fh.read().decode()
+            text = vault.decrypted(data) if vault.is_encrypted(data) else data.decode()
         except UnicodeDecodeError:
             raise CredentialsError(f'"{path}" is not UTF-8 text') from None
+        except ValueError as e:
+            raise CredentialsError(f'"{path}": {e}') from None
     return parse(text, path)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible.parsing.vault import VaultLib, VaultSecret
 
 from tests.conftest import ROOT
@@ -125,3 +126,95 @@ def test_a_vault_encrypted_extra_vars_file_is_read_like_an_inventory_file(tmp_pa
     assert r.returncode == 2 and "-e (extra vars): kvprov_sglang_tp_size: 0 is out of range" in r.stdout, r.stdout
     r = kvprov(tmp_path, "check", "inv.yml", "-e", "@extra.yml")
     assert r.returncode == 2 and "-e @extra.yml" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+KEY = "sk-vaulted-0123456789abcdef"
+
+
+def test_a_vault_encrypted_secret_file_is_checked_decrypted_and_never_shown(tmp_path):
+    """#39: kvprov_engine_api_key_file (and the S3 and ONTAP credentials files) may be
+    `ansible-vault encrypt`-ed, as Ansible's file lookup that deploy copies them with decrypts
+    them; check reads the plain text (any mode: the file is encrypted) and never prints it."""
+    write_inventory(tmp_path, vaulted=True)
+    key = tmp_path / "api.key"
+    key.write_text(encrypt(KEY + "\n"))
+    key.chmod(0o644)
+    with open(tmp_path / "group_vars/all.yml", "a") as f:
+        f.write(f"kvprov_engine_api_key_file: {key}\n")
+    r = kvprov(tmp_path, "check", "inv.yml", "--vault-password-file", "pw")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "api.key" not in r.stdout, r.stdout  # no finding, not even "readable by others"
+
+    key.write_text(encrypt(f"{KEY}\nsecond line {KEY[:12]}\n"))  # refused by the one-line rule, on the plain text
+    r = kvprov(tmp_path, "check", "inv.yml", "--vault-password-file", "pw")
+    assert r.returncode == 2 and f'"{key}" must hold the secret on one line' in r.stdout, r.stdout
+    assert KEY[:12] not in r.stdout + r.stderr
+
+    (tmp_path / "group_vars/gpu_nodes.yml").write_text(GROUP_VARS)  # no password needed for the inventory
+    (tmp_path / "group_vars/all.yml").write_text(f"kvprov_engine_model_path: {MODEL}\nkvprov_engine_api_key_file: {key}\n")
+    r = kvprov(tmp_path, "check", "inv.yml")
+    assert r.returncode == 2 and "vault-encrypted and no vault password was given" in r.stdout, r.stdout
+    r = kvprov(tmp_path, "check", "inv.yml", "--vault-password-file", str(ROOT / "LICENSE"))
+    assert r.returncode == 2 and "no vault password given decrypts it" in r.stdout, r.stdout
+
+
+def test_ontap_credentials_may_be_vault_encrypted(tmp_path):
+    from ansible.parsing.vault import VaultSecretsContext
+
+    from kvprov import vault
+    from kvprov.storage import credentials
+
+    path = tmp_path / "ontap.cred"
+    path.write_text(encrypt(f"username=admin\npassword={KEY}\n"))
+    path.chmod(0o644)
+    context = VaultSecretsContext.current(optional=True)
+    saved = context.secrets if context else None
+    try:
+        if context is None:
+            VaultSecretsContext.initialize(VaultSecretsContext([]))
+        VaultSecretsContext.current().secrets = []
+        with pytest.raises(credentials.CredentialsError, match="no vault password was given"):
+            credentials.read(str(path))
+        VaultSecretsContext.current().secrets = [("default", VaultSecret(PASSWORD.encode()))]
+        got = credentials.read(str(path))
+        assert (got.username, got.password) == ("admin", KEY)
+        assert vault.hide(f"password {KEY}") == "password <vaulted>"
+        path.write_text(f"username=admin\npassword={KEY}\n")  # a plain one still must be 0600
+        with pytest.raises(credentials.CredentialsError, match="chmod 600"):
+            credentials.read(str(path))
+    finally:
+        VaultSecretsContext.current().secrets = saved or []
+
+
+def test_the_deploy_preflight_and_copy_read_a_vaulted_key_file(tmp_path):
+    """ansible-playbook, as deploy runs it: the roles' preflight accepts the vaulted key file and
+    the engine role's lookup (roles/engine/tasks/secrets.yml) copies the plain key."""
+    from tests.unit.test_preflight import LAB_VALUES
+
+    key = tmp_path / "api.key"
+    key.write_text(encrypt(KEY + "\n"))
+    (tmp_path / "pw").write_text(PASSWORD + "\n")
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+        "children": {"gpu_nodes": {"vars": {**LAB_VALUES, "kvprov_engine_api_key_file": str(key)},
+                                   "hosts": {"v1": {}}}}}}))
+    out = tmp_path / "copied"
+    play = tmp_path / "play.yml"
+    play.write_text(f"""- name: Preflight and the key's copy
+  hosts: gpu_nodes
+  gather_facts: false
+  roles: [preflight]
+  tasks:
+    - name: Copy the key as the engine role does
+      ansible.builtin.copy:
+        content: "VLLM_API_KEY={{{{ lookup('ansible.builtin.file', kvprov_engine_api_key_file) | trim }}}}\\n"
+        dest: {out}
+        mode: "0600"
+""")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+           "ANSIBLE_NOCOLOR": "1"}
+    r = subprocess.run(["ansible-playbook", "-i", str(inv), str(play), "--vault-password-file", str(tmp_path / "pw")],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert out.read_text() == f"VLLM_API_KEY={KEY}\n"
