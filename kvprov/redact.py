@@ -9,7 +9,8 @@ Its value is replaced by `<redacted>`, wherever it appears on a line:
 - `"NAME": "value"` (JSON);
 - `--NAME value`, `--NAME=value` (command lines);
 - a quoted `"NAME=value"` (a unit's Environment=): the whole quoted value;
-- the password of a URL, whatever its name (`scheme://user:PASSWORD@host`).
+- the password of a URL, whatever its name (`scheme://user:PASSWORD@host`);
+- the credentials of an HTTP `Authorization:` header (`Authorization: Bearer TOKEN`).
 
 A reference such as `${KVPROV_ENGINE_API_KEY}` is not a secret and is kept. A *secret file*
 (under /etc/kvprov/secrets/, or named like a key or credentials file) is never shown at
@@ -45,6 +46,9 @@ _INLINE = [
 ]
 
 
+# an HTTP Authorization header's credentials, whatever scheme (Authorization: Bearer X, -H 'authorization=Basic X')
+_AUTHORIZATION = re.compile(r"""(?P<head>(?<![A-Za-z0-9_-])(?:proxy-)?authorization["']?\s*[:=]\s*["']?"""
+                            r"""(?:(?:bearer|basic|token|digest|negotiate)\s+)?)(?P<value>[^\s"',;]+)""", re.I)
 # a password in a URL, whatever names it: scheme://user:PASSWORD@host
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/\s:@\"']*:)(?P<value>[^/\s@\"']+)(?=@)", re.I)
 
@@ -64,7 +68,7 @@ def redact_line(line: str) -> str:
         return _sub(m)
     for pattern in _INLINE:
         line = pattern.sub(_sub, line)
-    return _URL_PASSWORD.sub(_sub, line)
+    return _URL_PASSWORD.sub(_sub, _AUTHORIZATION.sub(_sub, line))
 
 
 def redact_text(text: str) -> str:

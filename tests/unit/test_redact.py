@@ -98,3 +98,19 @@ def test_secret_paths(path, secret):
 def test_more_lines(line, shown):
     assert redact.redact_line(line) == shown
     assert redact.redact_text(line + "\n" + line) == shown + "\n" + shown
+
+
+@pytest.mark.parametrize("line, shown", [
+    # #38 (Low): an HTTP Authorization header names no secret, yet carries one, in every scheme
+    ("Authorization: Bearer s3cr3t", "Authorization: Bearer <redacted>"),
+    ("authorization: basic dXNlcjpwdw==", "authorization: basic <redacted>"),
+    ('curl -H "Authorization: Bearer s3cr3t" http://127.0.0.1:8000/v1/models',
+     'curl -H "Authorization: Bearer <redacted>" http://127.0.0.1:8000/v1/models'),
+    ('{"headers": {"Authorization": "Bearer s3cr3t"}}', '{"headers": {"Authorization": "Bearer <redacted>"}}'),
+    ("Proxy-Authorization: s3cr3t", "Proxy-Authorization: <redacted>"),
+    ("Authorization: Bearer $API_KEY", "Authorization: Bearer $API_KEY"),  # a reference, kept
+    ("the route needs no authorization", "the route needs no authorization"),
+    ("X-Authorization-Mode: strict", "X-Authorization-Mode: strict"),
+])
+def test_authorization_headers(line, shown):
+    assert redact.redact_line(line) == shown
