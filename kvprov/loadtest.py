@@ -147,8 +147,10 @@ def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instanc
         problem, via = None, None
         if listen in ANY_ADDRESS:
             address = reach
-        elif _is_loopback(listen):  # on another host: through an ssh tunnel (open_tunnels)
-            address, via = listen, (None if _is_loopback(reach) else v)
+        elif _is_loopback(listen):  # through an ssh tunnel (open_tunnels), also when ssh reaches the host on this
+            # controller's loopback (a port-forwarded VM): this loopback is not the host's, and whatever listens on
+            # its port would get the prompts and the key (#38); direct only for the controller itself
+            address, via = listen, (None if v.get("ansible_connection") == "local" else v)
         else:
             address = listen
         key_file = v.get("kvprov_engine_api_key_file") or ""

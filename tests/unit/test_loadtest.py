@@ -330,6 +330,14 @@ def test_endpoints_from_the_inventory(tmp_path):
     b = eps["b/main"]
     assert (b.problem, b.url, b.via) == (None, "http://127.0.0.1:30000", hosts["b"]) and "10.0.0.6" not in repr(b)
     assert eps["c/main"].url == "http://10.1.0.7:8000" and "cannot read the API key file /nope" in eps["c/main"].problem
+    # ssh on this controller's loopback (a port-forwarded VM): its engine's loopback is not this one (#38)
+    vm = {"ansible_host": "127.0.0.1", "ansible_port": 2221, "kvprov_engine_host": "127.0.0.1",
+          "kvprov_engine_api_key_file": str(key)}
+    local = {"ansible_connection": "local", "kvprov_engine_host": "127.0.0.1"}
+    one = {"engine": {"name": "vllm_offload", "instances": [{"name": "main", "port": 8000}]}}
+    both = {e.host: e for e in lt.inventory_endpoints({"vm": vm, "me": local}, {"vm": one, "me": one})}
+    assert (both["vm"].via, both["vm"].url) == (vm, "http://127.0.0.1:8000")
+    assert (both["me"].via, both["me"].url) == (None, "http://127.0.0.1:8000")
     assert [e.name for e in lt.inventory_endpoints(hosts, states, ["two"])] == ["a/two"]
     assert [e.name for e in lt.inventory_endpoints(hosts, states, ["c/main"])] == ["c/main"]
 
@@ -403,7 +411,8 @@ def test_inventory_endpoints_with_the_key_the_lmcache_server_metrics_and_the_mod
     key.chmod(0o600)
     engine, server = standins(key="sk-inventory-key", lmcache=False), standins(vllm=False)
     port, mport = (int(u.rsplit(":", 1)[1]) for u in (engine.url, server.url))
-    text = (ROOT / "inventory/lab-engine.yml").read_text().replace("ansible_host: 10.98.1.2", "ansible_host: 127.0.0.1")
+    text = (ROOT / "inventory/lab-engine.yml").read_text().replace(
+        "ansible_host: 10.98.1.2", "ansible_host: 127.0.0.1\n              ansible_connection: local")  # this machine
     text = text.replace("            kvprov_engine: lmcache_mp\n", f"""            kvprov_engine: lmcache_mp
             kvprov_engine_api_key_file: {key}
             kvprov_engine_instances:
