@@ -96,14 +96,14 @@ def source_problems(sources: list[str], cwd: str | None = None) -> list[Problem]
 
 def _inventory_files(source: str) -> list[str]:
     """The files Ansible reads as inventory sources: the source, or the files of a directory
-    (recursively; not group_vars/ and host_vars/, nor the names Ansible ignores)."""
+    (recursively; not the names Ansible ignores: group_vars/, host_vars/, *.md...)."""
     if not os.path.isdir(source):
         return [source]
     from ansible.inventory.manager import IGNORED
 
     out = []
     for d, dirs, names in os.walk(source):
-        dirs[:] = sorted(x for x in dirs if x not in ("group_vars", "host_vars") and not IGNORED.search(x.encode()))
+        dirs[:] = sorted(x for x in dirs if not IGNORED.search(x.encode()))  # group_vars, host_vars among them
         out += [os.path.join(d, n) for n in sorted(names) if not IGNORED.search(n.encode())]
     return out
 
