@@ -32,7 +32,8 @@ SECRET_DIRS = ("/etc/kvprov/secrets/",)
 _SECRET_FILE = re.compile(r"(secret|credential|token|passw|\.key$|\.pem$|\.p12$)", re.I)
 
 _REF = re.compile(r"""^["']?\$\{?[A-Za-z_][A-Za-z0-9_]*\}?["']?$""")
-_VALUE = r"""(?:"[^"]*"?|'[^']*'?|[^\s,;"']+)"""
+# a value runs to the next space or quote: a secret may hold , and ; (hiding more than the secret is safe)
+_VALUE = r"""(?:"[^"]*"?|'[^']*'?|[^\s"']+)"""
 # whole line: NAME = value / NAME: value / export NAME=value (value to the end of the line)
 _LINE = re.compile(rf"""^(?P<head>\s*(?:export\s+)?["']?(?P<name>{SECRET_NAME})["']?\s*[=:]\s*)(?P<value>\S.*?)\s*$""",
                    re.I)
@@ -48,9 +49,13 @@ _INLINE = [
 
 # an HTTP Authorization header's credentials, whatever scheme (Authorization: Bearer X, -H 'authorization=Basic X')
 _AUTHORIZATION = re.compile(r"""(?P<head>(?<![A-Za-z0-9_-])(?:proxy-)?authorization["']?\s*[:=]\s*["']?"""
-                            r"""(?:(?:bearer|basic|token|digest|negotiate)\s+)?)(?P<value>[^\s"',;]+)""", re.I)
+                            r"""(?:(?:bearer|basic|token|digest|negotiate)\s+)?)(?P<value>[^\s"']+)""", re.I)
 # a password in a URL, whatever names it: scheme://user:PASSWORD@host
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/\s:@\"']*:)(?P<value>[^/\s@\"']+)(?=@)", re.I)
+
+
+# a value that is not a scalar: a YAML block header (its lines follow) or a flow table or list
+_BLOCK_OR_TABLE = re.compile(r"[|>][-+0-9]*|\{.*\}|\[.*\]")
 
 
 def _sub(m: re.Match) -> str:
@@ -64,7 +69,7 @@ def _sub(m: re.Match) -> str:
 def redact_line(line: str) -> str:
     """One line with the value of every secret name replaced by <redacted>."""
     m = _LINE.match(line)
-    if m and not m.group("value").startswith(("|", ">", "{", "[")):  # YAML blocks, JSON/TOML tables: inline rules
+    if m and not _BLOCK_OR_TABLE.fullmatch(m.group("value")):  # YAML blocks, JSON/TOML tables: inline rules
         return _sub(m)
     for pattern in _INLINE:
         line = pattern.sub(_sub, line)
