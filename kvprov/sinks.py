@@ -17,12 +17,16 @@ Jinja produced it, so a value that is itself a template is checked after templat
                                                             an x-systemd.* dependency
   mount source   the mount unit's What=                      SERVER:EXPORT, address and path characters
   netdev         the soft-RoCE unit's shell command          a Linux interface name (a safe shell word)
+  TOML key/value the NIXL backend TOML                       a bare key; a finite scalar or a list of
+                                                            them, strings escaped to TOML's rules
   every string   everywhere                                 no control character, no Unicode line or
                                                             paragraph separator, at most MAX_LENGTH
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import unicodedata
 
@@ -35,6 +39,7 @@ BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u180e\u200b-\u200f\u
 MAX_LENGTH = 4096
 PLAIN_WORD = re.compile(r"[A-Za-z0-9_@+=:,./-]+")  # a unit word that needs no quotes
 PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./-]*")
+TOML_KEY = re.compile(r"[A-Za-z0-9_]+")  # bare: a dot would start another table (a second active plugin)
 NETDEV = re.compile(r"[A-Za-z0-9_.-]{1,15}")  # a Linux interface name (IFNAMSIZ), safe in a shell word
 MOUNT_SOURCE = re.compile(r"(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]):/[A-Za-z0-9_./-]*")
 # Options that undo the mount's nosuid,nodev,noexec, let users mount it, or pull other units in.
@@ -174,3 +179,42 @@ def netdev(value) -> str:
     value = str(value)
     return _checked(value, "network interface", None if NETDEV.fullmatch(value) else (
         f'"{shown(value)}" is not a network interface name (1 to 15 letters, digits, _ . -)'))
+
+
+def toml_key(value) -> str:
+    """A key of the NIXL TOML: bare, so it names one key of the table it is in."""
+    value = str(value)
+    return _checked(value, "TOML key", None if TOML_KEY.fullmatch(value) else (
+        f'"{shown(value)}" is not a plain TOML key ([A-Za-z0-9_]+: a dot would start another table)'))
+
+
+def _toml_string(value: str) -> str:
+    # JSON's escapes are TOML's, but for a character beyond U+FFFF: TOML takes \UXXXXXXXX, not a
+    # surrogate pair; a lone surrogate is no character at all
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise SinkError(f'TOML value: "{shown(value)}" holds a lone surrogate, which no TOML reader takes')
+    text = json.dumps(value)
+    return re.sub(r"\\(?:u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})|.)",
+                  lambda m: m.group() if not m.group(1) else
+                  f"\\U{0x10000 + ((int(m.group(1), 16) - 0xD800) << 10) + int(m.group(2), 16) - 0xDC00:08x}", text)
+
+
+def toml_value(value) -> str:
+    """A value of the NIXL TOML: a boolean, a finite number, a string, or a list of them, written
+    so that a TOML reader (SGLang's tomllib) reads back exactly the value."""
+    if isinstance(value, list):
+        if any(isinstance(v, list) for v in value):
+            raise SinkError("TOML value: a list inside a list is not taken")
+        return "[" + ", ".join(map(toml_value, value)) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SinkError(f"TOML value: {value} is not a number a TOML reader takes")
+        return repr(float(value))
+    if isinstance(value, str):
+        _checked(value, "TOML value", string_problem(value))
+        return _toml_string(value)
+    raise SinkError(f"TOML value: a {type(value).__name__} is not a TOML scalar (string, number, boolean)")

@@ -36,7 +36,6 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 INSTANCE_NAME = re.compile(r"[a-z0-9_-]+")
 SIMPLE_PATH = re.compile(r"/[A-Za-z0-9_./-]*")
-TOML_KEY = re.compile(r"[A-Za-z0-9_]+")
 TRUE_FALSE_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n"}
 
 
@@ -346,7 +345,7 @@ def nixl_plugins(value: dict) -> list[Finding]:
 def toml_scalar(where: str, key: Any, value: Any, path: tuple) -> list[Finding]:
     """A key and value kvprov writes into the NIXL TOML: a bare key (a dotted one would make
     another table, e.g. a second active plugin) and a finite scalar."""
-    if not isinstance(key, str) or not TOML_KEY.fullmatch(key):
+    if not isinstance(key, str) or not sinks.TOML_KEY.fullmatch(key):
         return [Finding(f'{where}"{key}" is not a plain TOML key ([A-Za-z0-9_]+: a dot would start another '
                         "table, e.g. a second active plugin)", path)]
     if value is None or isinstance(value, (list, dict)):

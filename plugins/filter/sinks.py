@@ -50,4 +50,6 @@ class FilterModule:
             "netdev": _filter(sinks.netdev),
             "plain_name": _filter(sinks.plain_name),
             "unit_text": _filter(sinks.unit_text),
+            "toml_key": _filter(sinks.toml_key),
+            "toml_value": _filter(sinks.toml_value),
         }
