@@ -446,6 +446,14 @@ def _ansible(sources: list[str]):
     return loader, manager, VariableManager(loader=loader, inventory=manager)
 
 
+def merges_dicts() -> bool:
+    """Whether Ansible's configuration (hash_behaviour = merge, ANSIBLE_HASH_BEHAVIOUR) merges a
+    dict set in several places instead of the highest replacing the others."""
+    from ansible import constants as C
+
+    return C.DEFAULT_HASH_BEHAVIOUR == "merge"
+
+
 def hosts_matching(sources: list[str], limit: str) -> set[str]:
     """The hosts an Ansible --limit selects (with @FILE); KvprovError (exit 2) when none."""
     absolute = [os.path.abspath(s) if os.path.exists(s) else s for s in sources]
@@ -553,6 +561,17 @@ def _load(sources, roles, target) -> Inventory:
                 *group_files["all"], *(v for g in others for v in group_files[g]),
                 *host_vars[name], *host_files[name]]
 
+    merge = merges_dicts()
+
+    def layered(var: Var, below: Var | None) -> Var:
+        """With hash_behaviour = merge, a dict merged over the one below it, as Ansible's
+        combine_vars does (role defaults, inventory, -e)."""
+        if merge and below is not None and isinstance(below.value, dict) and isinstance(var.value, dict):
+            from ansible.utils.vars import combine_vars
+
+            return Var(var.name, plain(combine_vars(below.value, var.value)), var.origin, var.node)
+        return var
+
     def host(name: str) -> Host:
         h = manager.hosts[name]
         host_groups = [plain(g.name) for g in sort_groups(h.get_groups())]
@@ -562,9 +581,10 @@ def _load(sources, roles, target) -> Inventory:
             if k in set_somewhere:
                 var = ctx.var(k, v, host_origins[name])
                 won = winners.get(var.name)
-                merged[var.name] = won if won is not None and won.value == var.value else var
+                merged[var.name] = layered(won if won is not None and won.value == var.value else var,
+                                           defaults.get(var.name))
         for k, v in extra.items():  # -e: above everything, as in Ansible
-            merged[k] = Var(k, v, Origin("-e (extra vars)", None))
+            merged[k] = layered(Var(k, v, Origin("-e (extra vars)", None)), merged.get(k))
         return Host(name, host_origins[name], host_groups, merged)
 
     def members(group: str) -> list[str]:

@@ -72,8 +72,15 @@ def check(inv: Inventory, specs: dict[str, VarSpec] | None = None) -> list[Probl
     """Every problem of an inventory, sorted by file and line. Contacts no host."""
     specs = {**(specs if specs is not None else read_specs(inv.roles)), **STORAGE_SPECS}
     problems = list(inv.issues) + storage_rules(inv, specs)
+    # a dict set in several places is judged whole, as each host gets it, where Ansible merges dicts
+    merge = inventory.merges_dicts()
     for setting in inv.settings:
-        problems += check_setting(setting, specs)
+        if not (merge and isinstance(setting.var.value, dict)):
+            problems += check_setting(setting, specs)
+    if merge:
+        problems += [p for host in inv.hosts for var in host.vars.values()
+                     if isinstance(var.value, dict) and not var.origin.default
+                     for p in check_setting(Setting(var, host=host.name), specs)]
     dirs: list[StorageDir] = []
     for host in inv.hosts:
         host_problems, host_dirs = _host_rules(host, specs)
