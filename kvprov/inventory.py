@@ -160,7 +160,8 @@ def add_inventory_args(parser, required: bool = True, help: str | None = None) -
     parser.add_argument("inventory", nargs="?", metavar="INVENTORY",
                         help=help or "the inventory: whatever ansible-inventory -i takes (a YAML or INI file, a "
                                      "directory, a plugin configuration, a script), read by ansible-core with its "
-                                     "group_vars/ and host_vars/")
+                                     "group_vars/ and host_vars/ (default: your ansible.cfg's inventory = or "
+                                     "ANSIBLE_INVENTORY)")
     parser.add_argument("-i", "--inventory", dest="more_inventory", action="append", default=[], metavar="SOURCE",
                         help="an inventory source after INVENTORY (repeatable, in order; INVENTORY may be left out): "
                              "merged as ansible-inventory -i merges them, a later source winning")
@@ -178,12 +179,26 @@ def from_args(args) -> list[str]:
     the command needs one and none is given)."""
     given = ([args.inventory] if args.inventory else []) + args.more_inventory
     if not given and args.inventory_required:
-        raise KvprovError("give the inventory: INVENTORY or -i SOURCE (repeatable)", EXIT_USAGE)
+        given = configured_inventory()
+    if not given and args.inventory_required:
+        raise KvprovError("give the inventory: INVENTORY or -i SOURCE (repeatable), or `inventory =` in your "
+                          "ansible.cfg or ANSIBLE_INVENTORY", EXIT_USAGE)
     if not getattr(args, "ansible_configured", False):  # once a command: -K and -J ask once
         vault.configure(args)
         ansible_cli.configure(args)
         args.ansible_configured = True
     return given
+
+
+def configured_inventory() -> list[str]:
+    """The sources Ansible's configuration names when the command line names none, as
+    ansible-playbook takes them: `inventory =` in the ansible.cfg Ansible finds, or
+    ANSIBLE_INVENTORY (paths relative to that file); [] when only Ansible's built-in default
+    (/etc/ansible/hosts) would apply."""
+    from ansible import constants as C
+
+    sources, origin = C.config.get_config_value_and_origin("DEFAULT_HOST_LIST")
+    return [str(s) for s in sources or []] if origin != "default" else []
 
 
 def argv(sources: list[str]) -> list[str]:

@@ -8,9 +8,12 @@ of that file, and no problem that no expectation names. A fragment starting with
 """
 
 import json
+import os
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -285,8 +288,10 @@ def test_check_contacts_no_host(monkeypatch):
         check.run(str(path))
 
 
-def test_check_is_a_command():
+def test_check_is_a_command(tmp_path):
     r = kvprov("--help")
     assert r.returncode == 0 and re.search(r"^\s+check\s+validate an inventory", r.stdout, re.M)
-    r = kvprov("check")
+    # outside the checkout (whose ansible.cfg names inventory/lab.yml) and with no ANSIBLE_INVENTORY
+    r = subprocess.run([sys.executable, "-m", "kvprov", "check"], cwd=tmp_path, capture_output=True, text=True,
+                       env={k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}, timeout=300)
     assert r.returncode == EXIT_USAGE and "inventory" in r.stderr

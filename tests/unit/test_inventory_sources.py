@@ -5,8 +5,10 @@ the same sources in any order. Real ansible-core; no host is contacted (deploy's
 closed ports on 127.0.0.1)."""
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -72,7 +74,8 @@ def test_the_positional_comes_first_then_each_source_in_order():
     assert sources("-i", "b.yml", "a.ini", "-i", "c.yml") == ["a.ini", "b.yml", "c.yml"]
 
 
-def test_every_inventory_command_takes_them_and_needs_one_unless_optional():
+def test_every_inventory_command_takes_them_and_needs_one_unless_optional(monkeypatch):
+    monkeypatch.setattr(inventory, "configured_inventory", lambda: [])  # no `inventory =` configured (see below)
     parser = cli.build_parser()
     for argv in (["check"], ["render", "--out", "d"], ["deploy"], ["collect", "--out", "d"], ["bench"], ["audit"],
                  ["storage", "check"]):
@@ -168,8 +171,29 @@ def test_a_missing_source_is_an_error_naming_it(tmp_path, two):
     r = kvprov("render", "-i", hosts_ini, "-i", str(missing), "--out", str(tmp_path / "out"))
     assert r.returncode == EXIT_USAGE and f"{missing}: cannot read: No such file or directory" in r.stderr
     assert not (tmp_path / "out").exists()
-    r = kvprov("check")
+
+
+
+def test_without_a_source_the_inventory_ansible_is_configured_with(tmp_path, two):
+    """#39: as ansible-playbook, the ansible.cfg's `inventory =` or ANSIBLE_INVENTORY when the
+    command line names none; else a usage error naming every way."""
+    hosts_ini, more_yml = two
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+
+    def check(*args, **more):
+        return subprocess.run([sys.executable, "-m", "kvprov", "check", *args], cwd=tmp_path, env={**env, **more},
+                              capture_output=True, text=True, timeout=300)
+
+    r = check()
     assert r.returncode == EXIT_USAGE and "give the inventory: INVENTORY or -i SOURCE" in r.stderr
+    assert "ANSIBLE_INVENTORY" in r.stderr
+    r = check(ANSIBLE_INVENTORY=f"{hosts_ini},{more_yml}")
+    assert r.returncode == 0 and r.stdout.endswith(": 2 host(s) checked, 0 error(s), 0 warning(s): OK\n"), r.stdout
+    (tmp_path / "ansible.cfg").write_text("[defaults]\ninventory = hosts.ini\n")  # relative to the file
+    r = check()
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith(f"{tmp_path}/hosts.ini: "), r.stdout + r.stderr
+    r = check(more_yml)  # the command line wins over the configuration
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith(f"{more_yml}: 1 host(s) checked"), r.stdout
 
 
 def playbook_commands(runs) -> list[list[str]]:
