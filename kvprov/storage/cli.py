@@ -29,6 +29,7 @@ def add_parser(sub) -> None:
                     "that gives every GPU node read, write and root. Changes nothing. Exit 0: no check failed; "
                     "1: a check failed; 2: bad inventory; 3: a storage system was unreachable (docs/storage-check.md).")
     inventory.add_inventory_args(c)
+    inventory.add_limit_arg(c, "only the storage systems of this Ansible host pattern")
     c.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
     c.add_argument("--junit", metavar="F", help="also write JUnit XML to F (a testcase per check)")
     c.set_defaults(func=cmd_check)
@@ -51,18 +52,25 @@ def _orphan(c: Client) -> Result:
                   "of the storage system it mounts from, or fix kvprov_storage_server", c.host)
 
 
-def run(path: str | list[str], stream=None) -> tuple[list[Result], list[str]]:
-    """Every storage check of an inventory: (results without summaries, unreachable systems)."""
+def run(path: str | list[str], stream=None, limit: str | None = None) -> tuple[list[Result], list[str]]:
+    """Every storage check of an inventory (limit: only the storage systems of this Ansible
+    host pattern): (results without summaries, unreachable systems)."""
     check.require_valid(path)
     inv = inventory.load(path)
     all_systems = systems.systems(inv)
     if not all_systems:
         raise KvprovError(f"{inventory.describe(path)}: no group {inventory.STORAGE_GROUP} with hosts: add the storage systems under "
                           f"all: children: {inventory.STORAGE_GROUP}: hosts: (docs/storage-check.md)", EXIT_USAGE)
+    if limit:
+        selected = inventory.hosts_matching(inventory.source_list(path), limit)
+        if not any(s.name in selected for s in all_systems):
+            raise KvprovError(f"{inventory.describe(path)}: --limit {limit} matches no storage system of group "
+                              f"{inventory.STORAGE_GROUP} ({', '.join(s.name for s in all_systems)})", EXIT_USAGE)
+    chosen = [s for s in all_systems if not limit or s.name in selected]
     results: list[Result] = []
     unreachable: list[str] = []
     ontap_states: dict[str, dict] = {}
-    for s in (s for s in all_systems if s.kind == "ontap"):
+    for s in (s for s in chosen if s.kind == "ontap"):
         try:
             ontap_states[s.name] = ontap.fetch(s)
         except (ontap.ApiError, credentials.CredentialsError) as e:
@@ -70,12 +78,14 @@ def run(path: str | list[str], stream=None) -> tuple[list[Result], list[str]]:
                                          "fix what the message says, then run kvprov storage check again"))
             if getattr(e, "unreachable", False):
                 unreachable.append(s.name)
-    addresses = {s.name: s.data_addresses or (ontap.lif_addresses(ontap_states[s.name])
-                                              if s.name in ontap_states else [])
+    # every system's addresses, so that a client goes to its own system whatever the limit; an ONTAP
+    # system left out by the limit, whose LIFs were not read, is no catch-all
+    addresses = {s.name: s.data_addresses or (ontap.lif_addresses(ontap_states[s.name]) if s.name in ontap_states
+                                              else [] if s in chosen or s.kind != "ontap" else ["(not read)"])
                  for s in all_systems}
     served, orphans = systems.assign(systems.clients(inv), addresses)
-    results += [_orphan(c) for c in orphans]
-    linux_systems = [s for s in all_systems if s.kind == "linux"]
+    results += [] if limit else [_orphan(c) for c in orphans]  # limited: another system may serve them
+    linux_systems = [s for s in chosen if s.kind == "linux"]
     linux_states: dict[str, linux.State] = {}
     if linux_systems:
         linux_states, run_ = linux.collect(path, {s.name: sorted({c.export for c in served[s.name]})
@@ -88,7 +98,7 @@ def run(path: str | list[str], stream=None) -> tuple[list[Result], list[str]]:
                                          "check the host's ansible_* connection settings and that it runs sshd"))
             if f.unreachable:
                 unreachable.append(f.host)
-    for s in all_systems:
+    for s in chosen:
         if s.name in ontap_states:
             results += [_clients_result(s, served[s.name]), *ontap.evaluate(s, ontap_states[s.name], served[s.name])]
         elif s.name in linux_states:
@@ -97,7 +107,7 @@ def run(path: str | list[str], stream=None) -> tuple[list[Result], list[str]]:
 
 
 def cmd_check(args) -> int:
-    results, unreachable = run(inventory.from_args(args))
+    results, unreachable = run(inventory.from_args(args), limit=inventory.limit_patterns(args.limit))
     results += [summarize(rs) for rs in report.by_host(results).values()]
     report.write_reports(args, results, name="kvprov storage check")
     if any(r.status == FAIL and r.host not in unreachable for r in report.checks(results)):

@@ -298,3 +298,26 @@ def test_the_credentials_are_a_frozen_value_that_never_shows_the_password(tmp_pa
             credentials.read(str(f))
         os.chown(f, 0, 0)
         assert credentials.read(str(f)) == c
+
+
+def test_limit_checks_only_the_storage_systems_it_names(tmp_path, cluster, good, capsys):
+    """#39: `storage check -l PATTERN`, as ansible-playbook's --limit: a second cluster that does
+    not answer makes the full run exit 3; limited to cluster1, only cluster1 is read and judged
+    (its clients still found), and a pattern with no storage system is a usage error."""
+    inv = yaml.safe_load(good.read_text())
+    storage = inv["all"]["children"]["kv_storage"]["hosts"]
+    storage["cluster2"] = {**storage["cluster1"], "kvprov_storage_api_port": 1, "kvprov_storage_data_addresses": ["192.168.50.99"]}
+    good.write_text(yaml.safe_dump(inv))
+    code, results, table = storage_check(tmp_path, good, capsys)
+    assert code == 3 and "cannot connect" in results["cluster2/storage.api"]["found"], table
+    out = tmp_path / "limited.json"
+    code = cli.main(["storage", "check", str(good), "-l", "cluster1", "--json", str(out)])
+    table = capsys.readouterr()
+    hosts = json.loads(out.read_text())["hosts"]
+    assert code == 0 and sorted(hosts) == ["cluster1"], table
+    clients = next(r for r in hosts["cluster1"]["results"] if r["id"] == "storage.clients")
+    assert clients["found"] == "gpu1 (192.168.50.11:/kvcache), gpu2 (192.168.50.12:/kvcache)"
+    for pattern, words in (("gpu1", "matches no storage system of group kv_storage (cluster1, cluster2)"),
+                           ("nope", "no host matches --limit nope")):
+        assert cli.main(["storage", "check", str(good), "-l", pattern]) == 2
+        assert words in capsys.readouterr().err
