@@ -279,21 +279,49 @@ def _run(playbook: str, inventory: str | Path | list[str], *, name: str, extrava
     return result
 
 
+# Names of the controller's environment whose values are credentials though they name no key, token or
+# password: personal access tokens, data source names, auth strings, cookies, sessions.
+_CREDENTIAL_ENV = re.compile(r"(?:^|_)(?:PAT|DSN|AUTH|AUTHORIZATION|COOKIE|SESSION|BEARER)(?:_|$)", re.I)
+
+
 def scrub_environment(private: Path) -> None:
-    """ansible-runner keeps the controller's whole environment in each run's artifacts/*/command:
-    every value whose name is a secret's (kvprov.redact: *TOKEN*, *KEY*, *PASS*...) is replaced."""
-    from kvprov.redact import REDACTED, SECRET_NAME
+    """What ansible-runner keeps of a run never holds a controller secret (#38): in each run's
+    artifacts/*/command (the controller's whole environment) every value whose name is a secret's
+    (kvprov.redact: *TOKEN*, *KEY*, *PASS*..., and *_PAT, *_DSN, *_AUTH...) is replaced, a URL's
+    password in any value too; in it and in the job events, every value Vault decrypted for this
+    command is shown as <vaulted>."""
+    from kvprov.redact import REDACTED, SECRET_NAME, redact_line
 
     secret = re.compile(SECRET_NAME, re.I)
+
+    def scrubbed(name: str, value):
+        if secret.fullmatch(name) or _CREDENTIAL_ENV.search(name):
+            return REDACTED
+        return vault.hide(redact_line(value)) if isinstance(value, str) else value
+
     for path in (private / "artifacts").glob("*/command"):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         env = data.get("env") or {}
-        if any(secret.fullmatch(name) for name in env):
-            data["env"] = {k: REDACTED if secret.fullmatch(k) else v for k, v in env.items()}
+        clean = {k: scrubbed(k, v) for k, v in env.items()}
+        if clean != env:
+            data["env"] = clean
             path.write_text(json.dumps(data))
+    if vault.has_secrets():
+        for path in (private / "artifacts").glob("*/job_events/*.json"):
+            try:
+                text = path.read_text()
+            except OSError:
+                continue
+            hidden = vault.hide(text)
+            if hidden != text:
+                try:
+                    json.loads(hidden)
+                except ValueError:  # a value so short it was hidden inside the JSON's own syntax
+                    hidden = json.dumps({"event": "removed by kvprov: it held a value Vault decrypted"})
+                path.write_text(hidden)
 
 
 def refuse_link(path: str | Path, option: str) -> None:

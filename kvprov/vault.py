@@ -135,6 +135,11 @@ def decrypted(data: bytes) -> str:
     return text
 
 
+def has_secrets() -> bool:
+    """Whether this process decrypted any value (hide() has something to hide)."""
+    return bool(_secrets)
+
+
 def hide(text: str) -> str:
     """Text with every decrypted value replaced by <vaulted>."""
     for secret in sorted(_secrets, key=len, reverse=True):

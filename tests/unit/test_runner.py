@@ -73,3 +73,29 @@ def test_the_runs_use_the_ansible_playbook_of_kvprovs_own_python(tmp_path, monke
         assert env["PATH"] == f"{own}:/nowhere"
     else:
         assert "PATH" not in env
+
+
+def test_the_run_artifacts_keep_no_controller_secret(tmp_path, monkeypatch):
+    """#38 (Low): ansible-runner keeps the controller's environment (artifacts/*/command) and every
+    task's event: credentials by name (*_PAT, *_DSN, *_AUTH too), URL passwords and the values
+    Vault decrypted for this command never stay there; the rest does, and the JSON stays JSON."""
+    import json
+
+    from kvprov import vault
+
+    monkeypatch.setattr(vault, "_secrets", {"vaulted-s3cr3t-77"})
+    run = tmp_path / "artifacts/abc"
+    (run / "job_events").mkdir(parents=True)
+    env = {"GITHUB_PAT": "ghp_x1", "SENTRY_DSN": "https://k@o1.example/1", "PROXY_AUTH": "u:p", "HF_TOKEN": "hf_x",
+           "DATABASE_URL": "postgres://app:pw123@db/x", "NOTE": "has vaulted-s3cr3t-77 in it", "PATH": "/usr/bin",
+           "PATCH_LEVEL": "3", "AUTHOR": "kv"}
+    (run / "command").write_text(json.dumps({"command": ["ansible-playbook"], "env": env}))
+    (run / "job_events/1-a.json").write_text(json.dumps({"event_data": {"res": {"msg": "vaulted-s3cr3t-77"}}}))
+    (run / "job_events/2-b.json").write_text(json.dumps({"event_data": {"res": {"msg": "nothing secret"}}}))
+    runner.scrub_environment(tmp_path)
+    kept = json.loads((run / "command").read_text())["env"]
+    assert {k for k, v in kept.items() if v == "<redacted>"} == {"GITHUB_PAT", "SENTRY_DSN", "PROXY_AUTH", "HF_TOKEN"}
+    assert kept["DATABASE_URL"] == "postgres://app:<redacted>@db/x" and kept["NOTE"] == "has <vaulted> in it"
+    assert (kept["PATH"], kept["PATCH_LEVEL"], kept["AUTHOR"]) == ("/usr/bin", "3", "kv")
+    assert json.loads((run / "job_events/1-a.json").read_text())["event_data"]["res"]["msg"] == "<vaulted>"
+    assert json.loads((run / "job_events/2-b.json").read_text())["event_data"]["res"]["msg"] == "nothing secret"
