@@ -23,7 +23,8 @@ from kvprov import inventory, paths
 from kvprov.check.values import is_template
 
 # The controller files the engine role copies to /etc/kvprov/secrets (roles/engine/tasks/secrets.yml).
-SECRET_FILES = ("kvprov_engine_api_key_file", "kvprov_engine_hf_token_file", "kvprov_engine_s3_credentials_file",
+SECRET_FILES = ("kvprov_engine_api_key_file", "kvprov_engine_admin_api_key_file", "kvprov_engine_hf_token_file",
+                "kvprov_engine_s3_credentials_file",
                 "kvprov_engine_tls_cert_file", "kvprov_engine_tls_key_file")
 
 

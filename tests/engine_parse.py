@@ -500,7 +500,7 @@ def _sglang_argv(payload: dict) -> dict:
                 "model_path", "host", "port", "tp_size", "page_size",
                 "enable_hierarchical_cache", "hicache_size", "hicache_ratio",
                 "hicache_write_policy", "hicache_io_backend", "hicache_mem_layout",
-                "hicache_storage_prefetch_policy", "hicache_storage_backend", "api_key",
+                "hicache_storage_prefetch_policy", "hicache_storage_backend", "api_key", "admin_api_key",
             )
         }
         raw = sa.hicache_storage_backend_extra_config

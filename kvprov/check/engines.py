@@ -38,6 +38,13 @@ def _exposure(h: HostView) -> list[Problem]:
         out.append(h.problem("kvprov_engine_host", f"the engine listens on {host} without an API key: anyone who "
                                                     "reaches it can use the model and fill the KV cache; set "
                                                     "kvprov_engine_api_key_file"))
+    if h.get("kvprov_engine") == "sglang_hicache" and h.get("kvprov_engine_api_key_file") and \
+            not h.get("kvprov_engine_admin_api_key_file"):
+        out.append(h.problem("kvprov_engine_api_key_file", "SGLang's admin routes (/hicache/storage-backend/clear, which "
+                                                           "deletes the KV tier's files, /update_weights_from_disk, "
+                                                           "/flush_cache...) take the API key: every client can use "
+                                                           "them; give them their own key in "
+                                                           "kvprov_engine_admin_api_key_file", severity="warning"))
     if not h.get("kvprov_engine_clients"):
         out.append(h.problem("kvprov_engine_host", f"the engine listens on {host} for any address: name its clients' "
                                                     "networks in kvprov_engine_clients (e.g. [10.0.0.0/8]); vLLM's API "
@@ -88,6 +95,8 @@ def _other_engines_settings(h: HostView, engine: str) -> list[Problem]:
         owner = next((e for e, prefixes in ENGINE_PREFIXES.items() if name.startswith(prefixes)), None)
         if name.startswith("kvprov_vllm_") and not name.startswith("kvprov_vllm_offload_") or name == "kvprov_lmcache_version":
             owner = None if engine in VLLM_ENGINES else "a vLLM engine"
+        elif name == "kvprov_engine_admin_api_key_file":  # vLLM has no admin routes of their own
+            owner = "sglang_hicache"
         if owner and owner != engine:
             out.append(h.problem(name, f"only engine {owner} reads it, but this host's kvprov_engine is {engine}: "
                                        "it has no effect here; remove it or set it on the groups of that engine",

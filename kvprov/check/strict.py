@@ -39,6 +39,7 @@ CONNECTION_VARS = frozenset({
 BECOME_METHODS = ("sudo", "su")
 # Variables naming files or directories on the controller that kvprov reads or copies to the hosts.
 CONTROLLER_PATHS = ("ansible_ssh_private_key_file", "kvprov_engine_api_key_file", "kvprov_engine_hf_token_file",
+                    "kvprov_engine_admin_api_key_file",
                     "kvprov_engine_tls_cert_file", "kvprov_engine_tls_key_file", "kvprov_engine_tls_ca_file",
                     "kvprov_engine_s3_credentials_file", "kvprov_engine_wheelhouse",
                     "kvprov_storage_credentials_file")

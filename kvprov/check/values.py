@@ -852,6 +852,7 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_engine_host": listen_address,
     "kvprov_engine_api_key_file": secret_file,
     "kvprov_engine_hf_token_file": secret_file,
+    "kvprov_engine_admin_api_key_file": secret_file,
     "kvprov_engine_tls_cert_file": tls_cert_file,
     "kvprov_engine_tls_key_file": tls_key_file,
     "kvprov_engine_tls_ca_file": tls_ca_file,
