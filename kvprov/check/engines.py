@@ -3,6 +3,7 @@ engine, exposure beyond loopback and the evictor's marks (pure)."""
 
 from __future__ import annotations
 
+from kvprov import namespace
 from kvprov.check import bounds
 from kvprov.check.fleet import sharing
 from kvprov.check.host import HostView, instances_var
@@ -159,7 +160,12 @@ def _lmcache_mp(h: HostView) -> list[Problem]:
                              "beyond loopback lets any host on that network read and write the KV cache",
                              severity="warning"))
     l2 = h.get("kvprov_lmcache_mp_l2_type")
-    if l2 == "fs_native" and h.get("kvprov_lmcache_mp_l2_size_gb") == 0:
+    shared = namespace.shares("lmcache_mp", h.get)
+    if l2 == "fs_native" and shared and h.get("kvprov_engine_evict") == "never":
+        out.append(h.problem("kvprov_engine_evict", "never leaves the shared namespace unbounded: fs_native's own "
+                             "eviction is off there (it counts only what its own process stored and would delete "
+                             "the files other hosts hit first), so only kvprov's evictor bounds it", severity="warning"))
+    if l2 == "fs_native" and not shared and h.get("kvprov_lmcache_mp_l2_size_gb") == 0:
         out.append(h.problem("kvprov_lmcache_mp_l2_size_gb",
                              "0 leaves fs_native without max_capacity_gb and its eviction block: LMCache never "
                              "evicts from L2 and only kvprov's evictor (kvprov_engine_evict) bounds the directory; "

@@ -37,7 +37,8 @@ UNITS = "etc/systemd/system"
 POOL_FILE = re.compile(r"obj_[0-9]+_[0-9a-f]+\.bin")
 # One host per tier, from the lab engine inventory (kvprov_lmcache_mp_l2_type removed: the default).
 HOSTS = {
-    "mp-fsn": {},
+    "mp-fsn": {},  # the shared namespace (the default)
+    "mp-fsn-own": {"kvprov_engine_storage_sharing": "instance"},  # a directory of the instance's own
     "mp-fs": {"kvprov_lmcache_mp_l2_type": "fs"},
     "mp-nixl": {"kvprov_lmcache_mp_l2_type": "nixl_store", "kvprov_lmcache_mp_l1_size_gb": 0.25,
                 "kvprov_lmcache_mp_nixl_pool_size": 4, "kvprov_lmcache_mp_nixl_file_size": 1 << 20,
@@ -79,20 +80,28 @@ def inproc_yaml(rendered: Path, host: str) -> dict:
 
 # ---------------------------------------------------------------- what is rendered
 
-def test_the_default_mp_l2_is_fs_native_with_its_capacity_and_eviction_block(rendered):
-    """fs_native and fs come inside kvprov's fail-open adapter (LMCache's `plugin` type); the
-    eviction block is on the outer adapter, where LMCache's parser reads it, and on the inner one,
-    whose parser otherwise warns that nothing bounds the directory."""
+def test_the_default_mp_l2_is_fs_native_with_its_capacity_and_eviction_block_in_its_own_directory(rendered):
+    """fs_native and fs come inside kvprov's fail-open adapter (LMCache's `plugin` type). In an
+    instance's own directory the eviction block is on the outer adapter, where LMCache's parser
+    reads it, and on the inner one, whose parser otherwise warns that nothing bounds the directory.
+    In a shared namespace neither the capacity nor the eviction block is written (#37): LMCache
+    0.5.6 counts only what its own process stored, so it would delete the files other hosts hit
+    first; kvprov's evictor bounds the namespace."""
     eviction = {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}
     failopen = {"lookup_timeout_s": 2.0, "probe_timeout_s": 2.0, "probe_interval_s": 5.0}
-    l2 = l2_adapter(rendered, "mp-fsn")
+    l2 = l2_adapter(rendered, "mp-fsn-own")
     inner = l2["adapter_params"].pop("inner")
-    storage_dir = inner.pop("base_path")
-    assert storage_dir.startswith("/srv/kvcache/")  # the instance's storage_dir attribute, as the engine role gives it
+    assert inner.pop("base_path") == "/srv/kvcache/mp-fsn-own/main"  # the instance's own directory
     assert l2 == {"type": "plugin", "module_path": "kvprov_l2_failopen", "class_name": "FailOpenL2Adapter",
                   "adapter_params": failopen, "eviction": eviction}
     assert inner == {"type": "fs_native", "use_odirect": False, "max_capacity_gb": 100.0, "eviction": eviction,
-                     "relative_tmp_dir": ".tmp-mp-fsn-main"}
+                     "relative_tmp_dir": ".tmp-mp-fsn-own-main"}
+    l2 = l2_adapter(rendered, "mp-fsn")
+    inner = l2["adapter_params"].pop("inner")
+    assert inner.pop("base_path").startswith("/srv/kvcache/kv/lmcache_mp/")  # the shared namespace
+    assert l2 == {"type": "plugin", "module_path": "kvprov_l2_failopen", "class_name": "FailOpenL2Adapter",
+                  "adapter_params": failopen}
+    assert inner == {"type": "fs_native", "use_odirect": False, "relative_tmp_dir": ".tmp-mp-fsn-main"}
     fs = l2_adapter(rendered, "mp-fs")
     fs_inner = fs["adapter_params"].pop("inner")
     assert fs_inner == {"type": "fs", "base_path": fs_inner["base_path"], "relative_tmp_dir": ".tmp-mp-fs-main"}
@@ -148,7 +157,7 @@ def test_kvprovs_evictor_goes_where_lmcache_does_not_bound_the_directory(rendere
     def evicts(host: str) -> bool:
         return (rendered / host / UNITS / "kvprov-evict-main.timer").exists()
 
-    assert {h for h in HOSTS if evicts(h)} == {"mp-fsn", "mp-fs", "mp-dyn", "in-fs", "in-fsd", "in-disk"}
+    assert {h for h in HOSTS if evicts(h)} == {"mp-fsn", "mp-fsn-own", "mp-fs", "mp-dyn", "in-fs", "in-fsd", "in-disk"}
 
 
 # ---------------------------------------------------------------- LMCache's own parser
@@ -180,11 +189,12 @@ def test_lmcache_parses_every_rendered_tier_and_its_eviction_block(rendered):
     assert {h: v["error"] for h, v in verdicts.items() if not v["ok"]} == {}
     adapters = {h: verdicts[h]["parsed"]["l2_adapters"] for h in mp}
     assert {h: [a.get("plugin", a)["config_class"] for a in v] for h, v in adapters.items()} == {
-        "mp-fsn": ["FailOpenL2AdapterConfig"], "mp-fs": ["FailOpenL2AdapterConfig"],
+        "mp-fsn": ["FailOpenL2AdapterConfig"], "mp-fsn-own": ["FailOpenL2AdapterConfig"], "mp-fs": ["FailOpenL2AdapterConfig"],
         "mp-nixl": ["NixlStoreL2AdapterConfig"], "mp-dyn": ["DynamicNixlStoreL2AdapterConfig"]}
     assert {h: adapters[h][0]["plugin"]["inner_config_class"] for h in ("mp-fsn", "mp-fs")} == {
         "mp-fsn": "FSNativeL2AdapterConfig", "mp-fs": "FSL2AdapterConfig"}
-    [fsn] = adapters["mp-fsn"]
+    assert adapters["mp-fsn"][0]["eviction"] is None  # shared: no eviction controller of LMCache's own
+    [fsn] = adapters["mp-fsn-own"]
     assert fsn["plugin"]["inner"]["max_capacity_gb"] == 100.0
     assert (fsn["plugin"]["lookup_timeout_s"], fsn["plugin"]["probe_interval_s"]) == (2.0, 5.0)
     assert {k: fsn["eviction"][k] for k in ("eviction_policy", "trigger_watermark", "eviction_ratio")} == {
@@ -195,14 +205,14 @@ def test_lmcache_parses_every_rendered_tier_and_its_eviction_block(rendered):
 def test_without_the_eviction_block_lmcache_parses_no_l2_eviction(rendered):
     """The mutation: the same fs_native adapter without its eviction block, through LMCache's parser:
     accepted, with no eviction config (LMCache then creates no L2EvictionController for it)."""
-    argv = argv_of(rendered / "mp-fsn" / UNITS / "kvprov-lmcache-main.service")
+    argv = argv_of(rendered / "mp-fsn-own" / UNITS / "kvprov-lmcache-main.service")
     argv = argv[argv.index("-m") + 2:]
     i = argv.index("--l2-adapter") + 1
     l2 = json.loads(argv[i])
     del l2["eviction"]
     argv[i] = json.dumps(l2)
     [v] = lmcache_parse([{"kind": "lmcache_server_argv", "argv": argv,
-                          "pythonpath": [str(rendered / "mp-fsn" / "usr/local/lib/kvprov-lmcache")]}])
+                          "pythonpath": [str(rendered / "mp-fsn-own" / "usr/local/lib/kvprov-lmcache")]}])
     assert v["ok"] and v["parsed"]["l2_adapters"][0]["eviction"] is None, v
 
 
@@ -446,12 +456,19 @@ def test_the_rendered_fail_open_adapter_bounds_each_wait_on_storage_that_stops_a
 # ---------------------------------------------------------------- kvprov check
 
 def test_check_warns_when_fs_native_is_left_unbounded():
-    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_size_gb=0) == [
+    own = {"kvprov_engine": "lmcache_mp", "kvprov_engine_storage_sharing": "instance"}
+    assert problems(**own, kvprov_lmcache_mp_l2_size_gb=0) == [
         "warning kvprov_lmcache_mp_l2_size_gb: 0 leaves fs_native without max_capacity_gb and its eviction block: "
         "LMCache never evicts from L2 and only kvprov's evictor (kvprov_engine_evict) bounds the directory; set "
         "the L2 capacity in GB"]
-    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_size_gb=50) == []
-    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_type="fs", kvprov_lmcache_mp_l2_size_gb=0) == []
+    assert problems(**own, kvprov_lmcache_mp_l2_size_gb=50) == []
+    assert problems(**own, kvprov_lmcache_mp_l2_type="fs", kvprov_lmcache_mp_l2_size_gb=0) == []
+    # a shared namespace: LMCache's own capacity is not written; kvprov's evictor is what bounds it
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_size_gb=0) == []
+    assert problems(kvprov_engine="lmcache_mp", kvprov_engine_evict="never") == [
+        "warning kvprov_engine_evict: never leaves the shared namespace unbounded: fs_native's own eviction is off "
+        "there (it counts only what its own process stored and would delete the files other hosts hit first), so "
+        "only kvprov's evictor bounds it"]
 
 
 def test_check_refuses_an_l1_that_nixl_cannot_register_page_by_page():
