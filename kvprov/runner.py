@@ -119,10 +119,33 @@ def ansible_env(verbose: bool = False, stream=None) -> dict[str, str]:
         if name not in os.environ and not any(ini.has_option(section, key) for section, key in keys):
             env[name] = value
             said.append(f"{name}={value} (not set in your configuration)")
+    # ansible-runner adds its own callback directory through ANSIBLE_CALLBACK_PLUGINS, which would hide
+    # the configuration's callback_plugins (ARA, Splunk...): pass the configuration's on, the runner's after it
+    if "ANSIBLE_CALLBACK_PLUGINS" not in os.environ and ini.has_option("defaults", "callback_plugins"):
+        base = os.path.dirname(cfg)
+        env["ANSIBLE_CALLBACK_PLUGINS"] = os.pathsep.join(
+            os.path.join(base, os.path.expanduser(p.strip())) for p in ini.get("defaults", "callback_plugins").split(os.pathsep)
+            if p.strip())
+        said.append(f"your callback_plugins ({env['ANSIBLE_CALLBACK_PLUGINS']}) kept beside ansible-runner's")
+    if user_fact_cache(ini):
+        said.append("your fact cache kept (ansible-runner's own jsonfile cache not used)")
     if verbose and said[0] not in _told:
         _told.add(said[0])
         print("kvprov: " + "; ".join(said), file=stream or sys.stderr)
     return env
+
+
+def user_fact_cache(ini: configparser.ConfigParser | None = None) -> bool:
+    """Whether the user's configuration names a fact cache (fact_caching, ANSIBLE_CACHE_PLUGIN), which
+    ansible-runner would otherwise replace with a jsonfile cache in each run's artifacts."""
+    if ini is None:
+        from ansible.config.manager import find_ini_config_file
+
+        ini = configparser.ConfigParser(interpolation=None, strict=False)
+        cfg = find_ini_config_file()
+        if cfg:
+            ini.read(cfg)
+    return "ANSIBLE_CACHE_PLUGIN" in os.environ or ini.has_option("defaults", "fact_caching")
 
 
 def runs_dir() -> Path:
@@ -266,6 +289,7 @@ def _run(playbook: str, inventory: str | Path | list[str], *, name: str, extrava
         tags=tags,
         cmdline=cmdline or None,
         envvars=ansible_env(verbose or ansible_cli.verbose()),
+        fact_cache_type=None if user_fact_cache() else "jsonfile",
         event_handler=printer,
         quiet=True,
     )

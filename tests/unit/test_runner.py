@@ -99,3 +99,47 @@ def test_the_run_artifacts_keep_no_controller_secret(tmp_path, monkeypatch):
     assert (kept["PATH"], kept["PATCH_LEVEL"], kept["AUTHOR"]) == ("/usr/bin", "3", "kv")
     assert json.loads((run / "job_events/1-a.json").read_text())["event_data"]["res"]["msg"] == "<vaulted>"
     assert json.loads((run / "job_events/2-b.json").read_text())["event_data"]["res"]["msg"] == "nothing secret"
+
+
+CALLBACK = '''
+from ansible.plugins.callback import CallbackBase
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "notification"
+    CALLBACK_NAME = "kvtrace"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def v2_playbook_on_stats(self, stats):
+        with open("TRACE", "a") as f:
+            f.write("a run of ansible-playbook\\n")
+'''
+
+
+def test_the_users_callbacks_and_fact_cache_survive_ansible_runner(tmp_path):
+    """#39: a callback from the ansible.cfg's callback_plugins (as ARA, Splunk or Logstash are
+    installed) runs in kvprov's own ansible-playbook runs, beside ansible-runner's; a fact cache the
+    configuration names is not replaced by ansible-runner's jsonfile cache."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "cb").mkdir()
+    (tmp_path / "cb/kvtrace.py").write_text(CALLBACK.replace('"TRACE"', repr(str(tmp_path / "TRACE"))))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\ncallback_plugins = cb\ncallbacks_enabled = kvtrace\n"
+                                          "fact_caching = memory\n")
+    (tmp_path / "inv.yml").write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        h1:\n"
+                                      "          ansible_host: 10.0.0.5\n          kvprov_storage_profile: local\n"
+                                      "          kvprov_storage_pnfs_layout: none\n")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}, "KVPROV_RUNS_DIR": str(tmp_path / "runs")}
+    r = subprocess.run([sys.executable, "-m", "kvprov", "render", "inv.yml", "--out", "out"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "TRACE").read_text().count("a run of ansible-playbook") >= 1
+    [command] = (tmp_path / "runs").glob("*/artifacts/*/command")
+    recorded = json.loads(command.read_text())["env"]
+    assert recorded["ANSIBLE_CALLBACK_PLUGINS"].startswith(f"{tmp_path}/cb:")  # then ansible-runner's own
+    assert "ANSIBLE_CACHE_PLUGIN" not in recorded and recorded["ANSIBLE_CONFIG"] == str(tmp_path / "ansible.cfg")
+    assert (tmp_path / "out/h1").is_dir()
