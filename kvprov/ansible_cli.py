@@ -17,6 +17,7 @@ from kvprov.errors import EXIT_USAGE, KvprovError
 _words: list[str] = []  # for ansible-playbook
 _verbose = 0  # -v given this many times
 _extra: dict[str, Any] = {}  # the extra vars, merged in order
+_user: list[str] = []  # -u/--user, when given
 
 
 def add_args(parser) -> None:
@@ -53,7 +54,8 @@ def configure(args) -> None:
                 data = _converted(data)
             _words.extend(["-e", json.dumps(data)])
         _extra.update(data)
-    if getattr(args, "remote_user", None):
+    _user[:] = [args.remote_user] if getattr(args, "remote_user", None) else []
+    if _user:
         _words.extend(["-u", args.remote_user])
     if getattr(args, "forks", None):
         if args.forks < 1:
@@ -115,6 +117,12 @@ def _converted(pairs: dict[str, str]) -> dict[str, Any]:
 
     specs = check.read_specs(paths.roles_dir())
     return {name: check.typed(value, specs[name]) if name in specs else value for name, value in pairs.items()}
+
+
+def remote_user() -> str | None:
+    """-u/--user, for what kvprov itself connects with (the ssh tunnel), as ansible-playbook takes it:
+    below a host's ansible_user, above the configuration's remote_user."""
+    return _user[0] if _user else None
 
 
 def extra_vars() -> dict[str, Any]:

@@ -18,6 +18,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from kvprov import ansible_cli
 from kvprov.errors import KvprovError
 
 
@@ -54,7 +55,7 @@ def ssh_argv(name: str, values: dict, defaults: dict[str, str]) -> list[str]:
     key = var("ansible_ssh_private_key_file", "ansible_private_key_file") or defaults.get("private_key_file")
     if key:
         argv += ["-o", f"IdentityFile={os.path.expanduser(key)}", "-o", "IdentitiesOnly=yes"]
-    user = var("ansible_user", "ansible_ssh_user") or defaults.get("remote_user")
+    user = var("ansible_user", "ansible_ssh_user") or ansible_cli.remote_user() or defaults.get("remote_user")
     if user:
         argv += ["-o", f"User={user}"]
     port = var("ansible_port", "ansible_ssh_port")

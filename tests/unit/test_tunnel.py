@@ -27,6 +27,19 @@ def test_the_hosts_connection_variables_come_first_and_the_configuration_fills_i
     assert ssh_argv("gpu7", {"ansible_ssh_args": "-o A=1"}, {"ssh_args": "-o B=2"})[1:3] == ["-o", "A=1"]
 
 
+def test_the_command_lines_user_is_taken_as_ansible_playbook_takes_it(monkeypatch):
+    """#39: kvprov -u USER reaches the tunnel too: above the configuration's remote_user, below a
+    host's ansible_user."""
+    from kvprov import ansible_cli, cli
+
+    monkeypatch.setattr(ansible_cli, "_user", [])
+    ansible_cli.configure(cli.build_parser().parse_args(["loadtest", "inv.yml", "-u", "deployer"]))
+    assert "User=deployer" in ssh_argv("gpu7", {}, {"remote_user": "cfg"})
+    assert "User=ops" in ssh_argv("gpu7", {"ansible_user": "ops"}, {"remote_user": "cfg"})
+    ansible_cli.configure(cli.build_parser().parse_args(["loadtest", "inv.yml"]))
+    assert "User=cfg" in ssh_argv("gpu7", {}, {"remote_user": "cfg"})
+
+
 def test_a_tunnel_that_cannot_open_names_the_host_and_ssh_says_why():
     with pytest.raises(KvprovError, match=r"^gpu7: the ssh tunnel to its engine did not open: .+"):
         with forward("gpu7", {"ansible_host": "127.0.0.1", "ansible_port": 1}, [8000], timeout=20, defaults={}):
