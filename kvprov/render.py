@@ -1,9 +1,13 @@
-"""`kvprov render INVENTORY --out DIR [--host H]`: every file a host would get, written
-under DIR/<host>/<absolute path> from the roles' own templates (kvprov.desired).
+"""`kvprov render INVENTORY --out DIR [--host H] [--json FILE|-]`: every file a host would get,
+written under DIR/<host>/<absolute path> from the roles' own templates (kvprov.desired); with
+--json, the list of them (host, path on the host, mode, sha256, where it was written).
 Contacts no host."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import sys
 from pathlib import Path
 
 from kvprov import desired, inventory
@@ -36,10 +40,29 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--host", help="only this host")
     inventory.add_limit_arg(p, "only the hosts of this Ansible host pattern")
+    p.add_argument("--json", metavar="FILE", help="also write the files as JSON to FILE: {\"files\": [{host, path, "
+                                                  "mode, sha256, written}]} ('-': to stdout, instead of the paths)")
     p.set_defaults(func=cmd_render)
 
 
 def cmd_render(args) -> int:
-    for path in render(inventory.from_args(args), args.out, args.host, args.limit):
-        print(path)
+    from kvprov.runner import refuse_link
+    from kvprov.validate.report import write_file
+
+    if args.json and args.json != "-":
+        refuse_link(args.json, "--json")
+    written = render(inventory.from_args(args), args.out, args.host, args.limit)
+    if args.json != "-":
+        for path in written:
+            print(path)
+    if args.json:
+        out = args.out.resolve()
+        files = [{"host": p.relative_to(out).parts[0], "path": "/" + "/".join(p.relative_to(out).parts[1:]),
+                  "mode": f"{p.stat().st_mode & 0o7777:04o}", "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+                  "written": str(p)} for p in (w.resolve() for w in written)]
+        text = json.dumps({"files": files}, indent=2) + "\n"
+        if args.json == "-":
+            sys.stdout.write(text)
+        else:
+            write_file(args.json, text)
     return EXIT_OK

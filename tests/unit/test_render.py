@@ -81,3 +81,27 @@ def test_render_host_on_a_multi_host_inventory_writes_that_host_only(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [host]
     assert all(f.startswith(f"{tmp_path}/{host}/") for f in files)
     assert f"{tmp_path}/{host}/etc/cufile.json" in files and len(files) >= 6
+
+
+def test_render_json_lists_each_file_with_its_mode_and_digest(tmp_path):
+    """#39: render --json for a CI: every file as the host gets it (path, mode, sha256), to a
+    0600 file or, with -, to stdout alone (no path lines)."""
+    import hashlib
+
+    host = "gpu-a01.corp.example.com"
+    r = kvprov("render", str(ROOT / "inventory/example.yml"), "--host", host, "--out", str(tmp_path / "out"),
+               "--json", "-")
+    assert r.returncode == 0, r.stderr
+    files = json.loads(r.stdout)["files"]  # stdout is the JSON alone
+    written = sorted(p for p in (tmp_path / "out" / host).rglob("*") if p.is_file())
+    assert sorted(f["written"] for f in files) == [str(p) for p in written]
+    for f in files:
+        p = tmp_path / "out" / host / f["path"].lstrip("/")
+        assert f["host"] == host and f["sha256"] == hashlib.sha256(p.read_bytes()).hexdigest()
+        assert int(f["mode"], 8) == p.stat().st_mode & 0o7777
+    assert any(f["path"] == "/etc/systemd/system/mnt-kvcache.mount" and f["mode"] == "0644" for f in files)
+    report = tmp_path / "render.json"
+    r = kvprov("render", str(ROOT / "inventory/example.yml"), "--host", host, "--out", str(tmp_path / "two"),
+               "--json", str(report))
+    assert r.returncode == 0 and r.stdout.count("\n") == len(files)  # the paths, as without --json
+    assert len(json.loads(report.read_text())["files"]) == len(files) and report.stat().st_mode & 0o777 == 0o600
