@@ -507,6 +507,20 @@ def model_path(value: str) -> list[Finding]:
     return []
 
 
+DNS_DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+
+
+def pep440_version(value: str) -> list[Finding]:
+    """A release pip can pin (`name==VERSION`): a PEP 440 version."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(value)
+    except InvalidVersion:
+        return [Finding(f'"{sinks.shown(value)}" is not a version pip can pin (PEP 440, e.g. 1.5.1 or 0.5.6.post1)')]
+    return []
+
+
 # A secret value systemd's EnvironmentFile= takes as it is: printable ASCII but quotes, $, \ and `.
 SECRET_VALUE = re.compile(r"[!#%&(-\[\]-_a-~]+")
 
@@ -902,6 +916,12 @@ VALUE_RULES: dict[str, Callable[[Any], list[Finding]]] = {
     "kvprov_nixl_backend_options": all_of(nixl_backend_options, s3_secrets_in),
     "kvprov_engine_instances": engine_instances,
     "kvprov_gds_rdma_dev_addr_list": ip_addresses,
+    "kvprov_storage_idmap_domain": lambda v: [] if DNS_DOMAIN.fullmatch(v) else [Finding(
+        f'"{sinks.shown(v)}" is not a DNS domain (letters, digits, - and dots; the NFSv4 id-mapping domain, '
+        "written into idmapd.conf's Domain)")],
+    "kvprov_nixl_wheelhouse": absolute_or_empty,
+    **dict.fromkeys(("kvprov_nixl_version", "kvprov_sglang_version", "kvprov_vllm_version", "kvprov_lmcache_version"),
+                    pep440_version),
 }
 
 
