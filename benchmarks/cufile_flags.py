@@ -91,15 +91,23 @@ def main() -> int:
     ap.add_argument("--fix-udev", action="store_true", help="write cuFile's missing udev record (gpu_nixl.py)")
     ap.add_argument("--json", help="write the table here too")
     ap.add_argument("--commit", help="the commit measured, for the record")
+    ap.add_argument("--library", default="libcufile.so.0", help="the cuFile library (default: libcufile.so.0 "
+                    "on the loader's path; CI hands a labelled stand-in: tests/unit/test_benchmarks_smallest.py)")
     args = ap.parse_args()
+    log = tempfile.mkstemp(prefix="cufile-flags-", suffix=".log")[1]
+    os.environ[bw.CUFILE_LOG_ENV] = log  # before libcufile reads its configuration
+    try:
+        lib = ctypes.CDLL(args.library)
+    except OSError as e:
+        os.unlink(log)
+        print(f"cannot load {args.library}: {e} (a GPU host with CUDA: set LD_LIBRARY_PATH to CUDA's "
+              "targets/x86_64-linux/lib)", file=sys.stderr)
+        return 2
     created = not os.path.isdir(args.dir)
     os.makedirs(args.dir, exist_ok=True)
     notes = []
     if args.fix_udev and not os.path.exists(udev_record(args.dir)):
         notes.append(fix_udev(args.dir))
-    log = tempfile.mkstemp(prefix="cufile-flags-", suffix=".log")[1]
-    os.environ[bw.CUFILE_LOG_ENV] = log  # before libcufile reads its configuration
-    lib = ctypes.CDLL("libcufile.so.0")
     lib.cuFileDriverOpen.restype = Error
     lib.cuFileHandleRegister.restype = Error
     lib.cuFileHandleRegister.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(Descr)]

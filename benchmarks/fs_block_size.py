@@ -103,8 +103,9 @@ def main(argv=None) -> int:
     ssh = shlex.split(a.ssh or LAB_SSH.format(port=2221))
     blocks = [int(b) for b in a.blocks.split(",")]
     base = f"{a.mount.rstrip('/')}/kvprov-blocksize"
-    if run(ssh, ["findmnt", "-n", "-o", "FSTYPE", a.mount]) not in ("nfs4", "nfs"):
-        print(f"note: {a.mount} is not an NFS mount", file=sys.stderr)
+    fstype = run(ssh, ["findmnt", "-n", "-o", "FSTYPE", "--target", a.mount])  # the file system holding it
+    if fstype not in ("nfs4", "nfs"):
+        print(f"note: {a.mount} is on {fstype or 'an unknown file system'}, not NFS", file=sys.stderr)
     samples: dict[int, list[dict]] = {b: [] for b in blocks}
     total = a.total_mib << 20
     try:

@@ -112,6 +112,9 @@ def main() -> int:
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--python", default=sys.executable, help="python with nixl and numpy")
     ap.add_argument("--fix-udev", action="store_true", help="write cuFile's missing udev record (see above)")
+    ap.add_argument("--no-gpu", action="store_true",
+                    help="leave out the GDS runs: the POSIX path and the baseline only (a machine without a GPU; "
+                         "CI runs this form)")
     ap.add_argument("--json", help="write the figures here too")
     ap.add_argument("--commit", help="the commit measured (default: git rev-parse HEAD of this checkout)")
     args = ap.parse_args()
@@ -127,7 +130,7 @@ def main() -> int:
     created = not os.path.isdir(args.dir)
     os.makedirs(args.dir, exist_ok=True)
     try:
-        for depth in depths:
+        for depth in depths if not args.no_gpu else []:
             run = worker(args, "GDS_MT", "VRAM", {"thread_count": args.threads}, depth)
             if not run["ok"] and args.fix_udev and not os.path.exists(udev_record(args.dir)):
                 report["udev_failure"] = run
@@ -143,8 +146,11 @@ def main() -> int:
         if created:
             os.rmdir(args.dir)
     compat = next((r["compat_mode"] for r in report["runs"] if r.get("compat_mode") is not None), None)
-    report["notes"].append("no nvidia-fs driver: cuFile runs in compat mode (POSIX I/O inside cuFile)" if compat
-                           else "nvidia-fs driver loaded: cuFile uses GPUDirect Storage")
+    if compat is not None:
+        report["notes"].append("no nvidia-fs driver: cuFile runs in compat mode (POSIX I/O inside cuFile)" if compat
+                               else "nvidia-fs driver loaded: cuFile uses GPUDirect Storage")
+    elif args.no_gpu:
+        report["notes"].append("--no-gpu: no GDS run")
     print(f"{report['date']}, commit {report['commit']}, {report['gpu']}; {args.files} files x {args.file_bytes} B "
           f"in {args.dir}")
     print("\n".join(report["notes"]))
