@@ -1,0 +1,209 @@
+"""kvprov/tunnel.py's forward() against a FAKE ssh (first on PATH: it records its argv and
+listens on each -L port, or fails as ssh does), and ssh_argv's aliases and defaults (#41 item 1):
+the forward opens only once every port answers, says ssh's own words when it fails, and leaves
+no ssh process or descriptor behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import sys
+import textwrap
+import time
+
+import pytest
+
+from kvprov import ansible_cli, tunnel
+from kvprov.errors import KvprovError
+
+FAKE = textwrap.dedent("""\
+    #!{python}
+    import json, os, signal, socket, sys, time
+    state = os.environ["FAKE_SSH_STATE"]
+    mode = os.environ.get("FAKE_SSH_MODE", "listen")
+    with open(os.path.join(state, "argv.json"), "w") as f:
+        json.dump({{"argv": sys.argv[1:], "pid": os.getpid()}}, f)
+    if mode == "fail":
+        sys.stderr.write(os.environ["FAKE_SSH_ERR"])
+        sys.exit(255)
+    if mode == "exit":
+        sys.exit(3)
+    def terminated(*_):
+        open(os.path.join(state, "terminated"), "w").close()
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, terminated)
+    if mode == "listen":
+        specs = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "-L"]
+        time.sleep(0.2)  # ssh takes a moment to listen: forward() must wait for it
+        socks = []
+        for spec in specs:
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", int(spec.split(":")[1])))
+            s.listen()
+            socks.append(s)
+    time.sleep(60)
+    """)
+
+
+@pytest.fixture
+def ssh(tmp_path, monkeypatch):
+    """The fake ssh on PATH; returns its state directory (argv.json, terminated)."""
+    bindir, state = tmp_path / "bin", tmp_path / "state"
+    bindir.mkdir()
+    state.mkdir()
+    fake = bindir / "ssh"
+    fake.write_text(FAKE.format(python=sys.executable))
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SSH_STATE", str(state))
+    monkeypatch.setattr(ansible_cli, "_user", [])
+    return state
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # a zombie (never waited for) still answers
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_forward_opens_once_every_port_answers_and_ssh_goes_at_the_end(ssh):
+    before = fds()
+    with tunnel.forward("gpu7", {"ansible_host": "10.0.0.7"}, [8000, 8001], timeout=20,
+                        defaults={"remote_user": "ops"}) as local:
+        assert sorted(local) == [8000, 8001] and len(set(local.values())) == 2
+        for port in local.values():
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                pass
+        seen = json.loads((ssh / "argv.json").read_text())
+    assert seen["argv"] == ["-o", "User=ops", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-N",
+                            "-L", f"127.0.0.1:{local[8000]}:127.0.0.1:8000",
+                            "-L", f"127.0.0.1:{local[8001]}:127.0.0.1:8001", "10.0.0.7"]
+    assert (ssh / "terminated").exists() and gone(seen["pid"])  # asked to stop (SIGTERM), and waited for
+    assert fds() == before  # ssh's message file closed too
+
+
+def test_the_configuration_is_read_only_when_no_defaults_are_given(ssh, monkeypatch):
+    monkeypatch.setattr(tunnel, "connection_defaults", lambda: {"remote_user": "from-config"})
+    with tunnel.forward("gpu7", {}, [8000], timeout=20):
+        pass
+    assert "User=from-config" in json.loads((ssh / "argv.json").read_text())["argv"]
+    with tunnel.forward("gpu7", {}, [8000], timeout=20, defaults={}):
+        pass
+    assert not any(w.startswith("User=") for w in json.loads((ssh / "argv.json").read_text())["argv"])
+
+
+def test_ssh_failing_is_said_in_its_own_words(ssh, monkeypatch):
+    monkeypatch.setenv("FAKE_SSH_MODE", "fail")
+    monkeypatch.setenv("FAKE_SSH_ERR", "Permission denied (publickey).\n")
+    before = fds()
+    with pytest.raises(KvprovError) as e:
+        with tunnel.forward("gpu7", {}, [8000], timeout=20, defaults={}):
+            pytest.fail("opened")
+    assert str(e.value) == "gpu7: the ssh tunnel to its engine did not open: Permission denied (publickey)."
+    assert fds() == before
+
+
+def test_a_long_message_is_cut_to_its_last_500_characters(ssh, monkeypatch):
+    monkeypatch.setenv("FAKE_SSH_MODE", "fail")
+    monkeypatch.setenv("FAKE_SSH_ERR", "A" * 100 + "B" * 500)
+    with pytest.raises(KvprovError) as e:
+        with tunnel.forward("gpu7", {}, [8000], timeout=20, defaults={}):
+            pass
+    assert str(e.value).endswith("did not open: " + "B" * 500)
+
+
+def test_ssh_exiting_without_a_word_is_said_by_its_status(ssh, monkeypatch):
+    monkeypatch.setenv("FAKE_SSH_MODE", "exit")
+    with pytest.raises(KvprovError, match=r"^gpu7: the ssh tunnel to its engine did not open: ssh exited 3$"):
+        with tunnel.forward("gpu7", {}, [8000], timeout=20, defaults={}):
+            pass
+
+
+def test_a_port_that_never_answers_times_out_and_ssh_is_stopped(ssh, monkeypatch):
+    monkeypatch.setenv("FAKE_SSH_MODE", "hang")
+    t = time.monotonic()
+    with pytest.raises(KvprovError, match=r"^gpu7: the ssh tunnel to its engine did not open within 0.6 s$"):
+        with tunnel.forward("gpu7", {}, [8000], timeout=0.6, defaults={}):
+            pass
+    assert 0.6 <= time.monotonic() - t < 15
+    pid = json.loads((ssh / "argv.json").read_text())["pid"]
+    assert (ssh / "terminated").exists() and gone(pid)
+
+
+def test_free_ports_are_real_distinct_unprivileged_ports():
+    ports = {tunnel._free_port() for _ in range(5)}
+    assert len(ports) == 5 and all(p >= 1024 for p in ports)
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))  # free: nothing holds it
+
+
+# ---------------------------------------------------------------------------- ssh_argv
+
+@pytest.fixture
+def no_cli_user(monkeypatch):
+    monkeypatch.setattr(ansible_cli, "_user", [])
+
+
+def test_with_nothing_configured_the_command_is_the_bare_forward(no_cli_user):
+    assert tunnel.ssh_argv("gpu7", {}, {}) == ["ssh", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-N",
+                                               "gpu7"]
+
+
+@pytest.mark.parametrize("values, option", [
+    ({"ansible_ssh_host": "10.0.0.9"}, None), ({"ansible_host": "", "ansible_ssh_host": "10.0.0.9"}, None),
+    ({"ansible_ssh_user": "ops"}, "User=ops"), ({"ansible_user": "", "ansible_ssh_user": "ops"}, "User=ops"),
+    ({"ansible_ssh_port": 2200}, "Port=2200"), ({"ansible_port": None, "ansible_ssh_port": "2200"}, "Port=2200"),
+    ({"ansible_private_key_file": "/k/id"}, "IdentityFile=/k/id")])
+def test_ansibles_other_spellings_of_the_connection_variables_are_taken(no_cli_user, values, option):
+    argv = tunnel.ssh_argv("gpu7", values, {})
+    if option is None:
+        assert argv[-1] == "10.0.0.9"
+    else:
+        assert argv[argv.index(option) - 1] == "-o" and argv[-1] == "gpu7"
+    if option and option.startswith("IdentityFile"):
+        assert argv[argv.index(option) + 1:argv.index(option) + 3] == ["-o", "IdentitiesOnly=yes"]
+
+
+def test_empty_values_fall_back_to_the_configuration(no_cli_user):
+    argv = tunnel.ssh_argv("gpu7", {"ansible_user": "", "ansible_ssh_args": "", "ansible_ssh_common_args": "",
+                                    "ansible_ssh_extra_args": ""}, {"remote_user": "cfg"})
+    assert argv == ["ssh", "-o", "User=cfg", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-N", "gpu7"]
+
+
+@pytest.mark.parametrize("setting, checked", [
+    ("False", False), ("false", False), ("no", False), ("0", False), ("off", False), ("OFF", False),
+    ("True", True), ("yes", True), ("1", True), ("on", True)])
+def test_host_key_checking_is_off_only_for_ansibles_false_words(no_cli_user, setting, checked):
+    argv = tunnel.ssh_argv("gpu7", {}, {"host_key_checking": setting})
+    assert ("StrictHostKeyChecking=no" not in argv) is checked
+
+
+def test_the_configuration_is_read_from_the_environment_first_then_ansible_cfg(tmp_path, monkeypatch):
+    cfg = tmp_path / "ansible.cfg"
+    cfg.write_text("[defaults]\nremote_user = cfg-user\nprivate_key_file = /cfg/key\nhost_key_checking = False\n"
+                   "[ssh_connection]\nssh_args = -C\n")
+    for env in ("ANSIBLE_REMOTE_USER", "ANSIBLE_PRIVATE_KEY_FILE", "ANSIBLE_SSH_ARGS", "ANSIBLE_HOST_KEY_CHECKING"):
+        monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(cfg))
+    assert tunnel.connection_defaults() == {"remote_user": "cfg-user", "private_key_file": "/cfg/key",
+                                            "ssh_args": "-C", "host_key_checking": "False"}
+    monkeypatch.setenv("ANSIBLE_REMOTE_USER", "env-user")
+    monkeypatch.setenv("ANSIBLE_SSH_ARGS", "-o A=1")
+    got = tunnel.connection_defaults()
+    assert got["remote_user"] == "env-user" and got["ssh_args"] == "-o A=1" and got["private_key_file"] == "/cfg/key"
+    cfg.write_text("[ssh_connection]\nhost_key_checking = no\n")  # either section
+    monkeypatch.delenv("ANSIBLE_REMOTE_USER")
+    monkeypatch.delenv("ANSIBLE_SSH_ARGS")
+    assert tunnel.connection_defaults() == {"host_key_checking": "no"}
+    cfg.write_text("[defaults]\nremote_user =\n")  # empty: not set
+    assert tunnel.connection_defaults() == {}
