@@ -13,7 +13,7 @@ from kvprov import converge, runner
 from kvprov.errors import EXIT_BUSY, EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
 
 
-def inventory(tmp_path, host_vars: str = "{}", group_vars: str = "") -> str:
+def inventory(tmp_path, host_vars: str = "{}", group_vars: str = "", hosts: tuple[str, ...] = ("a", "b")) -> str:
     inv = tmp_path / "inv.yml"
     inv.write_text(textwrap.dedent(f"""\
         all:
@@ -21,9 +21,7 @@ def inventory(tmp_path, host_vars: str = "{}", group_vars: str = "") -> str:
             gpu_nodes:
               vars: {{kvprov_storage_server: 10.0.0.5, kvprov_engine: vllm_baseline{group_vars}}}
               hosts:
-                a: {host_vars}
-                b: {host_vars}
-        """))
+        """) + "".join(f"        {h}: {host_vars}\n" for h in hosts))
     return str(inv)
 
 
@@ -34,6 +32,8 @@ def test_the_rollout_passes_only_what_the_inventory_sets(tmp_path):
     assert got == {"kvprov_deploy_serial": 2, "kvprov_deploy_max_fail_percentage": 0}
     assert converge.rollout([inventory(tmp_path, host_vars='{kvprov_deploy_serial: "50%"}')]) == \
         {"kvprov_deploy_serial": "50%"}
+    assert converge.rollout(inventory(tmp_path, host_vars="{kvprov_deploy_max_fail_percentage: 25}", hosts=("a",))) \
+        == {"kvprov_deploy_max_fail_percentage": 25}  # one target host: its values
 
 
 @pytest.fixture
