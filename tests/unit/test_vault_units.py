@@ -20,9 +20,10 @@ from kvprov import vault
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
-    """Each test its own remembered secrets and command-line sources (module state of one run)."""
+    """Each test its own remembered secrets, command-line sources and Ansible vault context (process state)."""
     monkeypatch.setattr(vault, "_secrets", set())
     monkeypatch.setattr(vault, "_cli_ids", [])
+    monkeypatch.setattr(VaultSecretsContext, "_current", VaultSecretsContext._current)  # restored after the test
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -55,6 +56,9 @@ def test_the_command_lines_sources_reach_ansible_playbook_as_vault_ids(tmp_path,
     for p in prompted:
         shutil.rmtree(os.path.dirname(p))
     vault.configure(parse())  # a later command without sources: none left over
+    assert vault.playbook_args() == []
+    monkeypatch.setattr(vault.getpass, "getpass", lambda prompt: pytest.fail("asked"))
+    vault.configure(argparse.Namespace())  # a command without the vault options: nothing asked, nothing given
     assert vault.playbook_args() == []
 
 
