@@ -30,6 +30,10 @@ per command) and prints a table. Targets (issues #15, #28): audit of 100 hosts <
 Run as root from the repository: python3 benchmarks/scale.py [--sizes 1,8,32,100] [--rounds 3]
 [--variants 8]. The largest size runs first; the JSON is rewritten after each size. Takes
 about 80 minutes for the default sizes on 2 cores. Leaves the lab down.
+
+--hosts kvlab-c1[,...] runs one size on these containers of the running lab instead (no
+restart, the VMs not paused, the lab left up, the drift deployed back in any case): CI runs
+its smallest form so (`--hosts kvlab-c1 --rounds 1 --only audit`, tests/lab/test_9_collection.py).
 """
 
 from __future__ import annotations
@@ -157,11 +161,18 @@ def lab_up(n: int) -> None:
     pause_vms(signal.SIGSTOP)
 
 
-def containers_inventory(path: Path) -> list[tuple[str, str]]:
-    """The lab's inventory with only its containers (no VMs, no storage); their (name, address)."""
+def containers_inventory(path: Path, only: list[str] | None = None) -> list[tuple[str, str]]:
+    """The lab's inventory with only its containers (no VMs, no storage), or only those named;
+    their (name, address)."""
     data = yaml.safe_load(LAB_INVENTORY.read_text())
     nodes = data["all"]["children"]["gpu_nodes"]["children"]
-    data["all"]["children"] = {"gpu_nodes": {"children": {"lab_containers": nodes["lab_containers"]}}}
+    group = nodes["lab_containers"]
+    if only:
+        missing = sorted(set(only) - set(group["hosts"]))
+        if missing:
+            raise SystemExit(f"not containers of the running lab: {', '.join(missing)} (lab: {', '.join(group['hosts'])})")
+        group = {**group, "hosts": {h: group["hosts"][h] for h in only}}
+    data["all"]["children"] = {"gpu_nodes": {"children": {"lab_containers": group}}}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return [(h, v["ansible_host"]) for h, v in nodes["lab_containers"]["hosts"].items()]
 
@@ -190,10 +201,12 @@ def variants(inv: Path, tmp: Path) -> dict:
     return out
 
 
-def run_size(n: int, rounds: int, tmp: Path, with_variants: bool = False, only: set[str] | None = None) -> dict:
-    lab_up(n)
+def run_size(n: int, rounds: int, tmp: Path, with_variants: bool = False, only: set[str] | None = None,
+             reuse: list[str] | None = None) -> dict:
+    if not reuse:
+        lab_up(n)
     inv = tmp / f"inventory-{n}.yml"
-    hosts = containers_inventory(inv)
+    hosts = containers_inventory(inv, reuse)
     runs: dict[str, list[dict]] = {c: [] for c in COMMANDS}
     report = tmp / "audit.json"
     cfg = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}  # what kvprov's own runs use
@@ -223,8 +236,8 @@ def run_size(n: int, rounds: int, tmp: Path, with_variants: bool = False, only: 
                     raise SystemExit(f"drift on {host} failed: {r.stderr}")
             continue
         for i in range(times):
-            if only and name not in only and name != "first deploy":  # the hosts are deployed in any case
-                break
+            if only and name not in only and name not in ("first deploy", "drift deploy"):
+                break  # the hosts are deployed, and the drift put back, in any case
             print(f"  {n:>3} hosts: {name} ({i + 1}/{times}) ...", end="", flush=True)
             m = measure(cmd, timeout=TIMEOUT, env=cfg if cmd[0].startswith("ansible") else None)
             print(f" {m['seconds']:.1f} s, {m['cpu_s']:.0f} CPU s, {m['peak_rss_mib']} MiB, rc {m['rc']}", flush=True)
@@ -358,21 +371,27 @@ def main() -> int:
                     help="at this size, also time a full no-op deploy under each Ansible setting of VARIANTS (0: none)")
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks/results/scale.json")
     ap.add_argument("--chart", type=Path, default=ROOT / "benchmarks/results/scale.png")
+    ap.add_argument("--hosts", type=lambda v: v.split(","), metavar="HOST,...",
+                    help="one size on these containers of the running lab (no restart; see above)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: the lab needs it")
-    wanted = sorted((int(x) for x in args.sizes.split(",")), reverse=True)  # the largest first
+    if args.hosts and ROOT / "benchmarks/results" in (args.json.parent, args.chart.parent):
+        raise SystemExit("--hosts: give --json and --chart elsewhere (the committed figures are of fresh labs)")
+    wanted = [len(args.hosts)] if args.hosts else sorted((int(x) for x in args.sizes.split(",")), reverse=True)
     sizes = [s for s in json.loads(args.json.read_text())["sizes"] if s["hosts"] not in wanted] \
         if args.add and args.json.exists() else []
     with tempfile.TemporaryDirectory() as tmp:
         try:
             for n in wanted:
                 print(f"{n} container hosts: lab up ...", flush=True)
-                size = run_size(n, args.rounds, Path(tmp), with_variants=n == args.variants, only=args.only)
+                size = run_size(n, args.rounds, Path(tmp), with_variants=n == args.variants, only=args.only,
+                                reuse=args.hosts)
                 sizes = sorted([*sizes, size], key=lambda s: s["hosts"])
                 args.json.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "sizes": sizes}, indent=2) + "\n")
         finally:
-            lab_down()
+            if not args.hosts:
+                lab_down()
     if len(sizes) > 1:
         projection = per_host(sizes)
         args.json.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "sizes": sizes,

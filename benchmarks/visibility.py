@@ -23,6 +23,10 @@ negative lookups costs.
 
   python3 benchmarks/visibility.py            # the lab: kvlab-gpu1 writes, kvlab-gpu2 reads
 
+The same host in both roles (one mount a variant; the smallest form CI runs,
+tests/lab/test_9_benchmarks.py) proves only that the script works: one client sees its own
+files at once.
+
 Both hosts must have the export mounted by `kvprov deploy` (the source and options are
 read from the live kvprov mount). Writes only below the variant mount points' directory
 `kvprov-visibility/`, which it creates and removes, and unmounts what it mounted.
@@ -226,6 +230,8 @@ def main() -> int:
     for name in args.variant or list(VARIANTS):
         mnt = f"{BASE}/{name.replace('=', '-')}"
         for role, ssh in hosts.items():
+            if role == "reader" and ssh == hosts["writer"]:
+                continue  # one host in both roles (the smallest form): one mount
             opts = merged(live[role]["options"], VARIANTS[name])
             sh(ssh, f"mkdir -p {mnt} && mount -t {live[role]['fstype']} -o {shlex.quote(opts)} "
                     f"{shlex.quote(live[role]['source'])} {mnt}")
@@ -244,7 +250,7 @@ def main() -> int:
             writer.close()
             reader.close()
             sh(hosts["reader"], f"rm -rf --one-file-system {workdir}", check=False)
-            for ssh in hosts.values():
+            for ssh in dict.fromkeys(hosts.values()):
                 sh(ssh, f"umount {mnt} && rmdir {mnt}", check=False)
 
         def summary(key: str) -> dict:
