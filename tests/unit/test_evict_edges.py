@@ -70,12 +70,16 @@ def scanned(d: Path) -> ev.Scan:
 
 # ---------------------------------------------------------------------------- pure
 
-def test_records_are_immutable_values():
-    e = ev.Entry(1.0, 512, ("a",))
-    for record, name in ((e, "size"), (ev.Volume(1, 2, 3, 4), "used"), (ev.Need(1, 2, ()), "bytes")):
+def test_the_records_it_makes_are_immutable_values(tmp_path):
+    """What scan(), Volume.of() and need() hand on cannot be changed by whoever holds them."""
+    fill(tmp_path / "ns", 1)
+    [e] = scanned(tmp_path / "ns").files
+    vol = ev.Volume.of(os.statvfs(tmp_path))
+    want = ev.need(ev.Volume(950, 1000, 0, 0), 950, 1, 90, 80, 0)
+    for record, name in ((e, "size"), (vol, "used"), (want, "bytes")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(record, name, 0)
-    assert len({e, ev.Entry(1.0, 512, ("a",))}) == 1  # hashable, equal by value
+    assert len({e, ev.Entry(e.last_use, e.size, e.parts)}) == 1  # hashable, equal by value
     assert ev.Scan().skipped == 0 and ev.Run() == ev.Run(0, 0, None, None)
 
 

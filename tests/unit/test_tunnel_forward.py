@@ -197,13 +197,28 @@ def test_the_configuration_is_read_from_the_environment_first_then_ansible_cfg(t
     monkeypatch.setenv("ANSIBLE_CONFIG", str(cfg))
     assert tunnel.connection_defaults() == {"remote_user": "cfg-user", "private_key_file": "/cfg/key",
                                             "ssh_args": "-C", "host_key_checking": "False"}
-    monkeypatch.setenv("ANSIBLE_REMOTE_USER", "env-user")
-    monkeypatch.setenv("ANSIBLE_SSH_ARGS", "-o A=1")
-    got = tunnel.connection_defaults()
-    assert got["remote_user"] == "env-user" and got["ssh_args"] == "-o A=1" and got["private_key_file"] == "/cfg/key"
+    env = {"ANSIBLE_REMOTE_USER": "env-user", "ANSIBLE_PRIVATE_KEY_FILE": "/env/key", "ANSIBLE_SSH_ARGS": "-o A=1",
+           "ANSIBLE_HOST_KEY_CHECKING": "True"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert tunnel.connection_defaults() == {"remote_user": "env-user", "private_key_file": "/env/key",
+                                            "ssh_args": "-o A=1", "host_key_checking": "True"}
+    for name in env:
+        monkeypatch.delenv(name)
     cfg.write_text("[ssh_connection]\nhost_key_checking = no\n")  # either section
-    monkeypatch.delenv("ANSIBLE_REMOTE_USER")
-    monkeypatch.delenv("ANSIBLE_SSH_ARGS")
     assert tunnel.connection_defaults() == {"host_key_checking": "no"}
     cfg.write_text("[defaults]\nremote_user =\n")  # empty: not set
     assert tunnel.connection_defaults() == {}
+
+
+def test_without_ansible_config_the_working_directorys_ansible_cfg_is_read_as_ansible_reads_it(tmp_path,
+                                                                                               monkeypatch):
+    """Ansible's own lookup (ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, /etc/ansible), and its
+    tolerance of an option given twice (the last one counts)."""
+    for env in ("ANSIBLE_CONFIG", "ANSIBLE_REMOTE_USER", "ANSIBLE_PRIVATE_KEY_FILE", "ANSIBLE_SSH_ARGS",
+                "ANSIBLE_HOST_KEY_CHECKING"):
+        monkeypatch.delenv(env, raising=False)
+    os.chmod(tmp_path, 0o700)  # Ansible skips an ansible.cfg in a world-writable directory
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nremote_user = first\nremote_user = cwd-user\n")
+    monkeypatch.chdir(tmp_path)
+    assert tunnel.connection_defaults()["remote_user"] == "cwd-user"
