@@ -11,6 +11,7 @@ containers share; the cross-host test moves both engines onto the storage VM's r
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -265,7 +266,8 @@ def test_validate_passes_every_engine_check_and_the_engine_round_trip(engine, tm
     assert "came from the storage tier" in results["engine.main.roundtrip"]["found"]
     assert r.returncode == 0, r.stdout[-4000:]
     assert "the running process" in results["engine.main.unit"]["found"]
-    assert results["engine.main.storage_env"]["found"] == f"{INST_DIR} (--l2-adapter fs, the running process)"
+    assert results["engine.main.storage_env"]["found"] == f"{kv_dir()} (--l2-adapter fs, the running process)"
+    assert re.fullmatch(re.escape(INST_DIR) + r"/fp-[0-9a-f]{12}", kv_dir())  # the host's key, below the namespace
 
 
 def test_validate_catches_an_unwritable_l2_directory(engine, tmp_path):
@@ -368,6 +370,10 @@ def test_a_prefix_one_host_stored_is_served_to_another_host_from_the_shared_name
                 assert ssh(*peer_addr, f"stat -c %U {INST_DIR}", timeout=30).stdout.strip() == "kvprov-engine"
                 wait_healthy()
                 wait_healthy(addr=peer_addr)
+                # the host's part of the key (kvprov-kv-key): the same model files, engine and no GPU
+                # on both, so both servers use one subdirectory of the namespace
+                keyed = {kv_dir(a) for a in (ADDR, peer_addr)}
+                assert len(keyed) == 1 and next(iter(keyed)).startswith(INST_DIR + "/fp-"), keyed
                 r = kvprov("loadtest", str(inv), "--cross-host", "--prompt-tokens", "1024", "--turns", "1",
                            "--users", "1", "--output-tokens", "4", "--out", str(tmp_path / "cross"),
                            "--label", "cross-host", timeout=1800)
@@ -508,6 +514,23 @@ def stored_after(before: dict[str, float], chunks: int, within: float = 60) -> d
         time.sleep(1)
 
 
+def kv_dir(addr=ADDR) -> str:
+    """The directory the LMCache server stores in: its namespace's subdirectory for the host's key,
+    as kvprov-kv-key wrote it at the server's start (KVPROV_KV_DIR in the unit's kv.env)."""
+    env = ssh(*addr, f"cat /run/kvprov-kv/{SERVER.removesuffix('.service')}/kv.env", timeout=30).stdout
+    return dict(line.split("=", 1) for line in env.splitlines())["KVPROV_KV_DIR"]
+
+
+def with_metadata(safetensors: bytes, metadata: dict[str, str]) -> bytes:
+    """The same tensors, in other bytes: the safetensors header (8-byte length, JSON padded with
+    spaces to a multiple of 8) with its __metadata__ set."""
+    size = int.from_bytes(safetensors[:8], "little")
+    header = json.loads(safetensors[8:8 + size]) | {"__metadata__": metadata}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + safetensors[8 + size:]
+
+
 def namespace_of(inv: Path) -> str:
     """The namespace directory kvprov check computes for this host of `inv`."""
     r = kvprov("check", str(inv), "--namespaces", "--json", "-", timeout=120)
@@ -538,6 +561,27 @@ def test_a_greedy_answer_served_from_the_tier_equals_the_cold_one_and_a_dtype_ch
     assert hits >= 1024 and len(stored) >= 4
     assert warm == cold  # token for token
     ANSWERS["tier"] = cold
+    # Weights rewritten in place at the same path: the same tensors in other bytes (a safetensors
+    # header with metadata) in the controller's model, which the container mounts. The restarted
+    # server's kvprov-kv-key keys a new subdirectory of the namespace: nothing of the old one is
+    # read, and the answer is still the cold one. The old bytes are put back after.
+    old_dir = kv_dir()
+    weights = topology.models_dir() / topology.TINY_MODEL / "model.safetensors"
+    original = weights.read_bytes()
+    try:
+        weights.write_bytes(with_metadata(original, {"kvprov": "rewritten in place"}))
+        sh(f"systemctl restart {SERVER} {VLLM}")
+        wait_healthy()
+        before = l2_counters()
+        rewritten = answers()
+        after = stored_after(before, 4)
+        new_dir = kv_dir()
+    finally:
+        weights.write_bytes(original)
+    print(f"weights rewritten in place: {old_dir} -> {new_dir}; {rewritten}")
+    assert os.path.dirname(old_dir) == os.path.dirname(new_dir) == INST_DIR and new_dir != old_dir
+    assert after.get("lookup_hit_l2_tokens", 0) == before.get("lookup_hit_l2_tokens", 0), (before, after)
+    assert rewritten == cold
     # The comparison can fail: the same chunks zeroed in place (files this test made), served from L2
     # as hits all the same (no engine checks a chunk's bytes), change the answer. This is what a
     # namespace shared by hosts that disagree on a keying value would do.

@@ -98,7 +98,10 @@ def test_the_default_mp_l2_is_fs_native_with_its_capacity_and_eviction_block_in_
                      "relative_tmp_dir": ".tmp-mp-fsn-own-main"}
     l2 = l2_adapter(rendered, "mp-fsn")
     inner = l2["adapter_params"].pop("inner")
-    assert inner.pop("base_path").startswith("/srv/kvcache/kv/lmcache_mp/")  # the shared namespace
+    # the shared namespace's subdirectory for this host's key, which systemd expands from kvprov-kv-key's
+    # kv.env at each start (tests/unit/test_kv_key.py)
+    assert inner.pop("base_path") == "${KVPROV_KV_DIR}"
+    assert "/srv/kvcache/kv/lmcache_mp/" in (rendered / "mp-fsn" / UNITS / "kvprov-lmcache-main.service").read_text()
     assert l2 == {"type": "plugin", "module_path": "kvprov_l2_failopen", "class_name": "FailOpenL2Adapter",
                   "adapter_params": failopen}
     assert inner == {"type": "fs_native", "use_odirect": False, "relative_tmp_dir": ".tmp-mp-fsn-main"}
@@ -134,7 +137,7 @@ def test_the_default_inproc_tier_is_lmcaches_fs_connector_and_o_direct_can_be_se
 def test_only_the_static_pools_get_the_pool_cleanup_before_start(rendered):
     def pre(host: str, unit: str) -> str | None:
         text = (rendered / host / UNITS / unit).read_text()
-        found = [line for line in text.splitlines() if line.startswith("ExecStartPre=")]
+        found = [line for line in text.splitlines() if line.startswith("ExecStartPre=") and "kvprov-kv-key" not in line]
         return found[0] if found else None
 
     for host in ("mp-fsn", "mp-fs", "mp-dyn"):

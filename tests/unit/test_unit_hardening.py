@@ -20,7 +20,8 @@ MAX_EXPOSURE = 3.5
 NOT_INSTALLED_HERE = [
     *(yaml.safe_load((ROOT / f"roles/{role}/defaults/main.yml").read_text())[f"kvprov_{var}_venv"] + f"/bin/{exe}"
       for role, var in (("sglang_hicache", "sglang"), ("vllm", "vllm")) for exe in ("python3", var)),
-    yaml.safe_load((ROOT / "roles/engine/vars/main.yml").read_text())["_kvprov_engine_evict_script"]]
+    *(yaml.safe_load((ROOT / "roles/engine/vars/main.yml").read_text())[f"_kvprov_engine_{script}_script"]
+      for script in ("evict", "key"))]
 
 
 @pytest.fixture(scope="module")
@@ -83,4 +84,4 @@ def test_the_api_key_reaches_no_rendered_file(tmp_path):
     assert "--config %d/sglang-api-key.yaml" in sglang and "--api-key" not in sglang and "EnvironmentFile" not in sglang
     vllm = (tmp_path / "out/m1/etc/systemd/system/kvprov-vllm-main.service").read_text()
     server = (tmp_path / "out/m1/etc/systemd/system/kvprov-lmcache-main.service").read_text()
-    assert "EnvironmentFile=/etc/kvprov/secrets/engine.env" in vllm and "EnvironmentFile" not in server
+    assert "EnvironmentFile=/etc/kvprov/secrets/engine.env" in vllm and "/etc/kvprov/secrets/engine.env" not in server

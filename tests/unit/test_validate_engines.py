@@ -604,3 +604,29 @@ def test_a_unit_that_is_not_loaded_fails_the_unit_check(tmp_path, state):
     status, found = engine_results(b.results())["engine.main.unit"]
     assert status == FAIL and found.startswith(
         f"kvprov-vllm-main.service: LoadState={state} (`systemctl daemon-reload`)"), found
+
+
+def test_storage_env_in_the_shared_namespace_is_its_keyed_subdirectory(tmp_path):
+    """In the shared namespace the engine runs with <namespace>/fp-<12 hex> (kvprov-kv-key, at each
+    start), the unit file says ${KVPROV_KV_DIR}, and a tier kvprov-kv-key turned off names its empty
+    directory under /run: the first two pass, the last fails naming why; a subdirectory that is not a
+    key, or the key of another directory, is not the instance's directory."""
+    ns = "/mnt/kvcache/kvlab-gpu1/main"
+    b = EngineBundle(tmp_path, "lmcache_mp")
+    cases = {
+        f"{ns}/fp-0123456789ab": PASS,
+        "${KVPROV_KV_DIR}": PASS,
+        "/run/kvprov-kv/kvprov-lmcache-main/off": FAIL,
+        f"{ns}/fp-0123456789": FAIL,  # not 12 hex digits
+        f"{ns}/other": FAIL,
+        "/mnt/kvcache/kvlab-gpu1/other/fp-0123456789ab": FAIL,
+        f"{ns}/fp-0123456789ab/fp-0123456789ab": FAIL,
+    }
+    found = {}
+    for directory, want in cases.items():
+        b.set_argv(server_unit("main"), lambda a, d=directory: set_flag(a, "--l2-adapter", compact(fs_l2(d))))
+        r = b.results()["engine.main.storage_env"]
+        found[directory] = r.status
+        if directory.endswith("/off"):
+            assert "kvprov-kv-key turned the tier off at the engine's start" in r.found, r.found
+    assert found == cases

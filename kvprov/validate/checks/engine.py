@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -36,6 +37,22 @@ from kvprov.validate.result import FAIL, PASS, SKIP, WARN, Result, res, show
 # any engine: directories that are local disk, never the KV tier
 LOCAL_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 TAGS = "engine"
+# In the shared namespace the engine's directory is ${KVPROV_KV_DIR} (as the unit file says), which
+# roles/engine/files/kvprov-kv-key.py sets at each start to <namespace>/fp-<12 hex> (the host's part
+# of the key), or to /run/kvprov-kv/<unit>/off when it turned the tier off for that run.
+KV_DIR_VARIABLE = "${KVPROV_KV_DIR}"
+KEYED_SUBDIR = re.compile(r"fp-[0-9a-f]{12}")
+TIER_OFF = re.compile(r"/run/kvprov-kv/[^/]+/off")
+
+
+def keyed_parent(directory: str, namespace: str) -> str:
+    """The namespace a directory stands for: the namespace itself for its keyed subdirectory (or
+    the unexpanded variable); any other directory is itself."""
+    d = posixpath.normpath(directory)
+    ns = posixpath.normpath(namespace)
+    if directory == KV_DIR_VARIABLE or (posixpath.dirname(d) == ns and KEYED_SUBDIR.fullmatch(posixpath.basename(d))):
+        return ns
+    return d
 
 
 @dataclass(frozen=True)
@@ -315,14 +332,20 @@ def engine_storage_env(c: Context, inst: Instance) -> Result:
         problems.append("a directory is listed twice"
                         + (": SGLang refuses to start" if c.d.engine == "sglang_hicache" else ""))
     for d in dirs:
-        if not d.startswith("/"):
+        if TIER_OFF.fullmatch(posixpath.normpath(d)):
+            problems.append(f"{show(d)}: kvprov-kv-key turned the tier off at the engine's start (the storage did "
+                            "not answer, or the namespace's subdirectory could not be made; its journal says why): "
+                            "restart the engine once the storage answers")
+        elif d == KV_DIR_VARIABLE:
+            continue  # the unit's own words (no process to read): set at each start, below the namespace
+        elif not d.startswith("/"):
             problems.append(f"{show(d)} is relative: it resolves against the service's working directory")
         elif any(under(d, t) for t in LOCAL_TMP):
             problems.append(f"{show(d)} is on local /tmp: the third tier lands on local disk (and in the "
                             "service's private /tmp)")
         elif not under(d, mp):
             problems.append(f"{show(d)} is not under the KV mount {mp}: local disk")
-    if not problems and [posixpath.normpath(d) for d in dirs] != [posixpath.normpath(inst.storage_dir)]:
+    if not problems and [keyed_parent(d, inst.storage_dir) for d in dirs] != [posixpath.normpath(inst.storage_dir)]:
         others = [i.name for i in c.d.instances if i.name != inst.name and i.storage_dir in dirs]
         problems.append(f"{show(value)}, not the inventory's {inst.storage_dir}"
                         + (f": the directory of instance {others[0]} (a clear() or cleaner would wipe both)"
