@@ -60,7 +60,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MODULES = ["kvprov/mountstats.py", "kvprov/validate", "kvprov/audit.py", "kvprov/check",
            "kvprov/inventory.py", "plugins/modules/kvprov_mount_state.py", "kvprov/storage", "kvprov/redact.py",
            "kvprov/bench.py", "kvprov/lock.py", "plugins/modules/kvprov_collect.py",
-           "kvprov/loadtest_metrics.py", "kvprov/namespace.py", "roles/engine/files/kvprov-evict.py"]
+           "kvprov/loadtest_metrics.py", "kvprov/namespace.py", "roles/engine/files/kvprov-evict.py",
+           "kvprov/sinks.py", "kvprov/tunnel.py", "kvprov/vault.py", "kvprov/deployed_secrets.py", "kvprov/converge.py"]
 # Files of which only some functions are checking code: only those are mutated (and hashed).
 ONLY = {
     "kvprov/loadtest_metrics.py": ("parse_prometheus", "_labels", "cache_counters", "counter_delta", "cache_summary",
@@ -109,7 +110,12 @@ TESTS_FOR = {
     "kvprov/loadtest_metrics.py": ["test_loadtest*.py", "test_sglang_metrics.py", "test_security_review2_loadtest.py",
                                    "test_engine_tls.py"],
     "kvprov/namespace.py": ["test_namespace*.py", "test_check*.py", "test_evict_units.py", "test_engine_configs.py"],
-    "roles/engine/files/kvprov-evict.py": ["test_evict.py"],
+    "roles/engine/files/kvprov-evict.py": ["test_evict.py", "test_evict_edges.py"],
+    "kvprov/sinks.py": ["test_sinks*.py", "test_render_fuzz.py"],
+    "kvprov/tunnel.py": ["test_tunnel*.py"],
+    "kvprov/vault.py": ["test_vault*.py", "test_inventory_model.py", "test_inventory_sources.py", "test_runner.py"],
+    "kvprov/deployed_secrets.py": ["test_deployed_secrets*.py", "test_security_review2_deploy_json.py"],
+    "kvprov/converge.py": ["test_converge*.py", "test_failure_summary.py"],
 }
 # Functions that only run against live hosts (Ansible, systemctl, a real /proc/self/mountinfo):
 # the lab tests exercise them, the unit suite cannot, so they are not mutated (listed in the
