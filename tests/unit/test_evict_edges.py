@@ -247,7 +247,7 @@ def test_a_run_counts_the_bytes_it_gave_back_and_the_times_of_the_first_and_last
     assert not any(p.exists() for p in files) and (d / "a" / "b").is_dir()
 
 
-def test_every_descriptor_it_opens_is_closed(tmp_path):
+def test_every_descriptor_it_opens_is_closed(tmp_path, capsys):
     """Nested files removed, a sibling retired (with a link and an unmarked one beside it), the
     lease and the marker refused as links, and the lease busy: the process's descriptors are
     what they were (a leaked lease descriptor would also keep the lock held)."""
@@ -272,7 +272,10 @@ def test_every_descriptor_it_opens_is_closed(tmp_path):
     holder = hold(new / ".kvprov-evict.lock")
     before = fds()  # with the pipe to the holder
     try:
+        capsys.readouterr()
         assert ev.main(["--max-bytes", "1", str(new)]) == 0  # busy: returns 0, not None
+        assert capsys.readouterr().out == (f"{new}: another evictor holds the lease (.kvprov-evict.lock): nothing "
+                                           "done, the next run tries again\n")
         assert fds() == before
     finally:
         holder.kill()
