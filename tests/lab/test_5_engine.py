@@ -12,6 +12,7 @@ containers share; the cross-host test moves both engines onto the storage VM's r
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -656,13 +657,14 @@ def test_serving_goes_on_when_the_tier_stops_answering_and_the_tier_is_used_agai
     the server logs the bypassed tier; once the storage answers, the tier is used again with no
     restart (a new prompt's chunks land on it). Latencies are printed; the bound asserted is the
     issue's, 30 s a request, where LMCache alone waits without one."""
-    from kvprov.validate import parsers
     from tests.lab.nfs_relay import container_init
     from tests.stall_dir import stall_dir
 
-    argv = parsers.exec_argv(parsers.unit_value(parsers.parse_unit(sh(f"systemctl cat {SERVER}")), "Service",
-                                                "ExecStart"), from_show=False)
-    directory = json.loads(argv[argv.index("--l2-adapter") + 1])["adapter_params"]["inner"]["base_path"]
+    # the namespace the server's unit names now (the dtype test above moved it), in which its
+    # kvprov-kv-key makes the host's subdirectory at the start
+    [key_line] = [line for line in sh(f"systemctl cat {SERVER}").splitlines() if "kvprov-kv-key" in line
+                  and line.startswith("ExecStartPre=")]
+    directory = shlex.split(key_line.partition("=")[2])[-2]
     salt = os.urandom(4).hex()
     prompts = [f"outage {salt} {n}: " + " ".join(f"w{(i * 7 + n) % 89}" for i in range(1100)) for n in range(4)]
     backing = Path(f"/var/tmp/kvprov-stall-{salt}")
