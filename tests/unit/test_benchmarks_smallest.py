@@ -138,3 +138,21 @@ def test_cufile_flags_without_cufile_says_so(disk_dir):
     r = bench("cufile_flags.py", "--dir", str(disk_dir), "--library", "libcufile-absent.so.0")
     assert r.returncode == 2 and "cannot load libcufile-absent.so.0" in r.stderr and "LD_LIBRARY_PATH" in r.stderr
     assert not disk_dir.exists()
+
+
+def test_every_benchmark_the_readme_names_exists_and_runs_in_ci():
+    """The README's benchmarks are files, and each runs in one of the suite's smallest-form tests
+    (a benchmark added to the README without one fails here)."""
+    import re
+
+    named = set(re.findall(r"benchmarks/(\w+\.py)", (ROOT / "README.md").read_text()))
+    retired = {"audit.py", "deploy.py"}  # named as former benchmarks: scale.py measures what they did
+    runners = "".join(p.read_text() for p in (ROOT / "tests/unit/test_benchmarks_smallest.py",
+                                               ROOT / "tests/unit/test_mutation_smallest.py",
+                                               ROOT / "tests/lab/test_9_benchmarks.py",
+                                               ROOT / "tests/lab/test_5_engine.py"))
+    assert named - retired, "the README names no benchmark"
+    for name in sorted(named - retired):
+        assert (BENCH / name).is_file(), f"the README names benchmarks/{name}, which does not exist"
+        assert re.search(rf'["/]{re.escape(name)}"', runners), f"benchmarks/{name} runs in no smallest-form test"
+    assert not any((BENCH / name).exists() for name in retired)

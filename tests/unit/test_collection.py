@@ -74,7 +74,8 @@ def test_the_installed_tree_is_roles_playbooks_and_plugins_only(installed):
     assert sorted(p.name for p in (coll / "plugins/action").iterdir()) == ["kvprov_preflight.py"]
     # Python outside plugins/ only where a role copies it to the host
     assert sorted(str(p.relative_to(coll)) for p in coll.rglob("*.py") if p.parts[len(coll.parts)] != "plugins") == [
-        "roles/engine/files/kvprov-evict.py", "roles/kvcache_bench/files/bench_worker.py"]
+        "roles/engine/files/kvprov-evict.py", "roles/engine/files/kvprov-kv-key.py",
+        "roles/kvcache_bench/files/bench_worker.py"]
     manifest = json.loads((coll / "MANIFEST.json").read_text())["collection_info"]
     assert (manifest["namespace"], manifest["name"], manifest["version"]) == ("kvprov", "kvprov", kvprov.__version__)
 

@@ -4,6 +4,7 @@ the engine role's vars, kvprov check's fleet rule)."""
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -96,18 +97,25 @@ def test_the_engine_role_renders_the_namespace_kvprov_check_computes(tmp_path):
     r = subprocess.run([sys.executable, "-m", "kvprov", "render", str(ROOT / "inventory/example.yml"), "--out",
                         str(out)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+    def key_namespace(unit: Path) -> str:
+        """The namespace the unit's kvprov-kv-key keys (its ExecStart names ${KVPROV_KV_DIR}, the
+        host's subdirectory of it: tests/unit/test_kv_key.py)."""
+        [line] = [x for x in unit.read_text().splitlines() if x.startswith("ExecStartPre=") and "kvprov-kv-key" in x]
+        return shlex.split(line.partition("=")[2])[-2]
+
     roots = {}
     for unit in out.glob("*/etc/systemd/system/kvprov-vllm-*.service"):
         config = argument(unit, "--kv-transfer-config")
         for tier in json.loads(config).get("kv_connector_extra_config", {}).get("secondary_tiers", []) if config else []:
-            roots.setdefault(tier["root_dir"], set()).add(unit.parts[-5])
+            assert tier["root_dir"] == "${KVPROV_KV_DIR}", tier
+            roots.setdefault(key_namespace(unit), set()).add(unit.parts[-5])
     [(root, hosts)] = roots.items()
     assert hosts == {"gpu-c01.corp.example.com", "gpu-c00.corp.example.com"}
     assert re.fullmatch("/mnt/kvcache/kv/vllm_offload/models-Qwen3-8B" + FP, root), root
     [mp] = out.glob("gpu-c02*/etc/systemd/system/kvprov-lmcache-gpu0-3.service")
     adapter = json.loads(argument(mp, "--l2-adapter"))["adapter_params"]["inner"]  # inside kvprov's fail-open one
-    assert adapter["type"] == "fs_native" and re.fullmatch("/mnt/kvcache/kv/lmcache_mp/models-Qwen3-8B" + FP,
-                                                           adapter["base_path"]), adapter
+    assert adapter["type"] == "fs_native" and adapter["base_path"] == "${KVPROV_KV_DIR}", adapter
+    assert re.fullmatch("/mnt/kvcache/kv/lmcache_mp/models-Qwen3-8B" + FP, key_namespace(mp))
     inproc = (out / "gpu-c03.corp.example.com/etc/kvprov/lmcache-gpu0-3.yaml").read_text()
     assert re.search("fs://localhost:0/mnt/kvcache/kv/lmcache_inproc/models-Qwen3-8B" + FP, inproc), inproc
     sglang = (out / "gpu-a01.corp.example.com/etc/systemd/system/kvprov-sglang-gpu0-3.service").read_text()

@@ -71,8 +71,10 @@ def gone(pid: int) -> bool:
     return False
 
 
-def fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def fds() -> set[str]:
+    """This process's open descriptors. A test compares them as sets (nothing it opened is left
+    open): another thread of the worker may close one of its own meanwhile."""
+    return set(os.listdir("/proc/self/fd"))
 
 
 def test_a_forward_opens_once_every_port_answers_and_ssh_goes_at_the_end(ssh):
@@ -88,7 +90,7 @@ def test_a_forward_opens_once_every_port_answers_and_ssh_goes_at_the_end(ssh):
                             "-L", f"127.0.0.1:{local[8000]}:127.0.0.1:8000",
                             "-L", f"127.0.0.1:{local[8001]}:127.0.0.1:8001", "10.0.0.7"]
     assert (ssh / "terminated").exists() and gone(seen["pid"])  # asked to stop (SIGTERM), and waited for
-    assert fds() == before  # ssh's message file closed too
+    assert fds() <= before  # ssh's message file closed too
 
 
 def test_the_configuration_is_read_only_when_no_defaults_are_given(ssh, monkeypatch):
@@ -109,7 +111,7 @@ def test_ssh_failing_is_said_in_its_own_words(ssh, monkeypatch):
         with tunnel.forward("gpu7", {}, [8000], timeout=20, defaults={}):
             pytest.fail("opened")
     assert str(e.value) == "gpu7: the ssh tunnel to its engine did not open: Permission denied (publickey)."
-    assert fds() == before
+    assert fds() <= before
 
 
 def test_a_long_message_is_cut_to_its_last_500_characters(ssh, monkeypatch):
