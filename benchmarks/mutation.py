@@ -997,7 +997,7 @@ def run(args, tmp: Path, procs: list, started: float) -> int:
                               if str(p.relative_to(copies[0])) != rel)
         planted = module_level(copies[0], rel, elsewhere)
         readers = reader_lines(copies[0], rel)
-        own_stem = Path(rel).stem.removeprefix("kvprov_")
+        own_stem = Path(rel).stem.replace("-", "_").removeprefix("kvprov_")  # kvprov-kv-key.py: test_kv_key.py
         # a test of the module's own test files may read a constant only (the import that runs
         # the assignment is not traced to any test): every module-level mutant runs them too
         own_tests = {t for t in durations if usable(t) and own_stem in t.split("::")[0].rsplit("/", 1)[-1]}

@@ -238,6 +238,9 @@ def test_the_units_of_a_shared_namespace_run_it_and_mount_its_subdirectory(tmp_p
              if "evict" not in p.name and "shm" not in p.name}
     assert units
     for name, text in units.items():
+        if engine == "lmcache_mp" and name.startswith("kvprov-vllm-"):  # the client: its server holds the tier
+            assert "kvprov-kv-key" not in text and "KVPROV_KV_DIR" not in text and "RuntimeDirectory" not in text
+            continue
         [rundir] = unit_lines(text, "RuntimeDirectory")
         assert rundir == f"kvprov-kv/{name.removesuffix('.service')}"
         argv = shlex.split(unit_lines(text, "ExecStartPre")[0])  # the first
@@ -250,12 +253,91 @@ def test_the_units_of_a_shared_namespace_run_it_and_mount_its_subdirectory(tmp_p
             assert "--also=LMCACHE_REMOTE_URL=fs://localhost:0" in argv
             [yaml_file] = (out / "etc/kvprov").glob("lmcache-*.yaml")
             assert f"remote_url: fs://localhost:0{namespace}" in yaml_file.read_text()
-        elif engine == "vllm_offload" or name.startswith("kvprov-lmcache-"):  # the tier's directory: the key's
+        else:  # the tier's directory: the key's
             assert '\\"${KVPROV_KV_DIR}\\"' in execstart and namespace not in execstart, execstart
-        else:  # LMCache MP's vLLM client: no directory of its own
-            assert "KVPROV_KV_DIR" not in execstart
+
     own = render_one_host(tmp_path / "own", kvprov_engine=engine, kvprov_engine_storage_sharing="instance", **extra)
     assert not (own / "usr/local/sbin/kvprov-kv-key").exists()
     for p in (own / "etc/systemd/system").glob("kvprov-*.service"):
         assert not {"RuntimeDirectory", "EnvironmentFile"} & {line.split("=")[0] for line in p.read_text().splitlines()}
         assert "kvprov-kv-key" not in p.read_text() and "KVPROV_KV_DIR" not in p.read_text()
+
+
+def test_the_key_is_a_stable_format_every_host_computes_alike():
+    """The subdirectory's name is 12 hex digits of the sha256 of the key's canonical JSON (sorted
+    keys, no spaces), with FORMAT in it: hosts running different copies of the script agree while
+    the format is the same. Computed here independently of the script."""
+    import hashlib
+
+    key = kk.host_key("org/model", "abc", "", {})
+    assert key == {"format": 1, "model": {"hub": "org/model", "revision": "abc"}, "gpu": key["gpu"], "engine": []}
+    canonical = json.dumps({"engine": [], "format": 1, "gpu": key["gpu"],
+                            "model": {"hub": "org/model", "revision": "abc"}}, separators=(",", ":"))
+    assert kk.digest(key) == hashlib.sha256(canonical.encode()).hexdigest()[:12]
+    assert kk.PREFIX == "fp-" and len(kk.digest(key)) == 12
+
+
+def test_what_a_model_directory_holds_as_the_engine_loads_it(tmp_path, monkeypatch):
+    a = model(tmp_path / "m")
+    (a / ".gitattributes").write_text("*.safetensors filter=lfs")  # hidden files are not the model
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "model-00002.safetensors").write_bytes(b"\x03" * 64)
+    (a / "more").symlink_to(shards)  # a linked directory (a snapshot's layout): followed, as the engine does
+    assert set(kk.host_key(str(a), "", "", {})["model"]) == {
+        "config.json", "tokenizer.json", "sub/model.safetensors", "more/model-00002.safetensors"}
+    monkeypatch.chdir(tmp_path)  # a relative path is a hub id, even where such a directory exists here
+    assert kk.host_key("m", "r1", "", {})["model"] == {"hub": "m", "revision": "r1"}
+    assert kk.describe(kk.host_key("m", "", "", {})).startswith("model: hub m @ ?; gpu ")
+    assert kk.describe(kk.host_key("m", "r1", "", {})).startswith("model: hub m @ r1; gpu ")
+    assert kk.describe(kk.host_key(str(a), "", "", {})).startswith("model: 4 files; gpu ")
+    single = tmp_path / "model.gguf"
+    single.write_bytes(b"GGUF")
+    assert list(kk.host_key(str(single), "", "", {})["model"]) == ["model.gguf"]
+
+
+def test_nvidia_smi_asked_exactly_and_a_driver_node_needed(tmp_path, monkeypatch):
+    """The labelled stand-in answers only the query kvprov-kv-key makes; without /dev/nvidiactl
+    (no driver loaded) nvidia-smi is not asked; an empty answer is no GPU."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text('#!/bin/sh\n# stand-in for nvidia-smi (no GPU in CI)\n'
+                    '[ "$*" = "--query-gpu=compute_cap --format=csv,noheader" ] || exit 3\nprintf "$ANSWER"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("ANSWER", "9.0\\n")
+    assert kk.gpu_arch() == ["none"]  # nvidia-smi there, but no /dev/nvidiactl here
+    real_exists = os.path.exists
+    monkeypatch.setattr(kk.os.path, "exists", lambda p: True if p == "/dev/nvidiactl" else real_exists(p))
+    assert kk.gpu_arch() == ["9.0"]
+    monkeypatch.setenv("ANSWER", "")
+    assert kk.gpu_arch() == ["none"]
+
+
+def test_a_storage_call_that_hangs_is_killed_and_the_engine_starts(tmp_path, monkeypatch):
+    """make_dir's child stands in for a mkdir stuck on a dead mount (a labelled stand-in: a sleep):
+    it is killed at the bound, and the answer says the storage did not answer."""
+    pidfile = tmp_path / "pid"
+    stuck = tmp_path / "stuck-python"
+    stuck.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 60\n")
+    stuck.chmod(0o755)
+    monkeypatch.setattr(kk.sys, "executable", str(stuck))
+    assert kk.make_dir(str(tmp_path / "ns" / "fp-x"), 1.0) == "no answer from the storage within 1s"
+    import time
+
+    stat_file = Path(f"/proc/{int(pidfile.read_text())}/stat")
+    deadline = time.monotonic() + 10
+    while (state := stat_file.read_text().split()[2] if stat_file.exists() else "gone") not in ("Z", "gone"):
+        assert time.monotonic() < deadline, state  # killed (a zombie until reaped), not left sleeping
+        time.sleep(0.05)
+
+
+def test_the_cache_is_written_and_drops_files_no_longer_there(tmp_path, host):
+    ns, envfile = host
+    a = model(tmp_path / "m")
+    cache = tmp_path / "cache.json"
+    key_dir(ns, envfile, "--model", a, "--cache", cache)
+    entries = json.loads(cache.read_text())
+    assert set(entries) == {str(p) for p in (a / "config.json", a / "tokenizer.json", a / "sub/model.safetensors")}
+    (a / "tokenizer.json").unlink()
+    key_dir(ns, envfile, "--model", a, "--cache", cache)
+    assert str(a / "tokenizer.json") not in json.loads(cache.read_text())
