@@ -22,9 +22,19 @@ kk = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(kk)
 
 
-def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+def run(*args: str) -> subprocess.CompletedProcess:
+    """main() in this process (so that a planted bug in it is what runs), as the CLI would: its exit
+    status (argparse's SystemExit included) and what it wrote to stderr."""
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            rc = kk.main([str(a) for a in args])
+        except SystemExit as e:
+            rc = e.code
+    return subprocess.CompletedProcess(args, rc, "", err.getvalue())
 
 
 def model(d: Path, weights: bytes = b"\x01" * 4096) -> Path:
@@ -193,6 +203,9 @@ def test_a_dangling_link_in_the_model_and_an_unwritable_cache(tmp_path, host):
 
 
 def test_argument_errors_exit_2(tmp_path):
+    cli = subprocess.run([sys.executable, str(SCRIPT), "--model", "m", "relative/ns", "/run/x/kv"],
+                         capture_output=True, text=True, timeout=60)  # the script itself, as the unit runs it
+    assert cli.returncode == 2 and "kvprov-kv-key: error: NAMESPACE and ENVFILE must be absolute paths" in cli.stderr
     assert run("--model", "m", "relative/ns", "/run/x/kv").returncode == 2
     assert run("/ns", "/run/x/kv").returncode == 2  # --model is required
     r = run("--model", "m", "--timeout", "soon", "/ns", "/run/x/kv")
@@ -339,5 +352,46 @@ def test_the_cache_is_written_and_drops_files_no_longer_there(tmp_path, host):
     entries = json.loads(cache.read_text())
     assert set(entries) == {str(p) for p in (a / "config.json", a / "tokenizer.json", a / "sub/model.safetensors")}
     (a / "tokenizer.json").unlink()
-    key_dir(ns, envfile, "--model", a, "--cache", cache)
-    assert str(a / "tokenizer.json") not in json.loads(cache.read_text())
+    first = key_dir(ns, envfile, "--model", a, "--cache", cache)
+    entries = json.loads(cache.read_text())
+    assert str(a / "tokenizer.json") not in entries
+    entries[str(a / "config.json")]["sha256"] = "0" * 64  # what the cache says is what the key is made of
+    cache.write_text(json.dumps(entries))
+    assert key_dir(ns, envfile, "--model", a, "--cache", cache) != first
+
+
+def test_the_journal_line_says_where_and_why(tmp_path, host, monkeypatch):
+    """What the unit's journal shows at each start; no file of the script's own lands anywhere but
+    the namespace and the runtime directory (no cache given: none written)."""
+    ns, envfile = host
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = run("--model", "org/m", ns, envfile)
+    assert r.returncode == 0
+    target = kv_dir(envfile)
+    assert r.stderr == f"kvprov-kv-key: {target} (model: hub org/m @ ?; gpu none; engine -)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    key = {"format": 1, "model": {"hub": "x", "revision": "r"}, "gpu": ["8.9", "9.0"], "engine": ["lmcache-1", "vllm-2"]}
+    assert kk.describe(key) == "model: hub x @ r; gpu 8.9,9.0; engine lmcache-1 vllm-2"
+
+
+def test_make_dir_says_why_it_could_not(tmp_path):
+    why = kk.make_dir(str(tmp_path / "missing" / "fp-x"), 30)
+    assert isinstance(why, str) and why.startswith("FileNotFoundError") and "No such file" in why, why
+    (tmp_path / "fp-y").write_text("")
+    assert kk.make_dir(str(tmp_path / "fp-y"), 30) == f"{tmp_path / 'fp-y'} is not a directory"
+    assert kk.make_dir(str(tmp_path / "fp-z"), 30) is None and (tmp_path / "fp-z").is_dir()
+
+
+def test_make_dir_without_a_python_to_run_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(kk.sys, "executable", str(tmp_path / "no-python"))
+    assert "No such file or directory" in kk.make_dir(str(tmp_path / "fp-x"), 30)
+
+
+def test_a_cache_that_is_not_a_mapping_is_started_over(tmp_path, host):
+    ns, envfile = host
+    a = model(tmp_path / "m")
+    cache = tmp_path / "cache.json"
+    cache.write_text("[1, 2]")
+    target = key_dir(ns, envfile, "--model", a, "--cache", cache)
+    assert isinstance(json.loads(cache.read_text()), dict) and target == key_dir(ns, envfile, "--model", a)
