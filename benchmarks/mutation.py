@@ -90,7 +90,7 @@ TESTS_FOR = {
     "kvprov/check": ["test_check*.py", "test_inventory*.py", "test_preflight.py", "test_storage_check_rules.py",
                      "test_secrets.py", "test_engine_configs.py", "test_host_tiers.py", "test_lmcache_tiers.py",
                      "test_ansible_cli.py", "test_evict_units.py", "test_namespace.py", "test_type_conversion.py",
-                     "test_sinks.py", "test_engine_tls.py"],
+                     "test_sinks.py", "test_engine_tls.py", "test_volume_identity_properties.py"],
     "kvprov/inventory.py": ["test_inventory*.py", "test_limit_file.py", "test_check*.py", "test_preflight.py",
                             "test_storage_check_rules.py", "test_secrets.py", "test_engine_configs.py",
                             "test_host_tiers.py", "test_lab_inventory.py", "test_type_conversion.py", "test_sinks.py",

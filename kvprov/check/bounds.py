@@ -132,8 +132,14 @@ def secret_arguments(value: list) -> list["Finding"]:
     return out
 
 
+def plain(path: str) -> str:
+    """A path as Linux resolves it: normpath, and a leading // as / (POSIX leaves "//" to the
+    system, so normpath keeps it: //etc would not be under /etc)."""
+    return posixpath.normpath("/" + path.lstrip("/") if path.startswith("/") else path)
+
+
 def _under(path: str, top: str) -> bool:
-    path, top = posixpath.normpath(path), posixpath.normpath(top)
+    path, top = plain(path), plain(top)
     return top == "/" or path == top or path.startswith(top + "/")
 
 
@@ -168,7 +174,7 @@ def engine_home(h: "HostView") -> list["Problem"]:
         return []
     if mount == "/":  # check.mount_point refuses it
         mount = None
-    if posixpath.normpath(home) == "/" or any(_under(home, d) for d in SYSTEM_DIRS):
+    if plain(home) == "/" or any(_under(home, d) for d in SYSTEM_DIRS):
         return [h.problem("kvprov_engine_home", f"{home} is a system directory: the engine user would own and "
                                                 "write it; use a directory of its own, e.g. /var/lib/kvprov-engine")]
     if mount and _under(home, mount):
@@ -180,7 +186,7 @@ def engine_home(h: "HostView") -> list["Problem"]:
 
 def in_kvprov_directory(path: str) -> bool:
     """Below /etc, /opt, /srv or /var/lib in a directory whose name starts with kvprov."""
-    path = posixpath.normpath(path)
+    path = plain(path)
     return any(path.startswith(parent + "/") and path[len(parent) + 1:].startswith("kvprov")
                for parent in KVPROV_PARENTS)
 
@@ -194,7 +200,7 @@ def root_destinations(h: "HostView") -> list["Problem"]:
     for name, also in ROOT_DESTINATIONS.items():
         path = h.get(name)
         if isinstance(path, str) and not absolute_path(path) and not (
-                in_kvprov_directory(path) or posixpath.normpath(path) in also):
+                in_kvprov_directory(path) or plain(path) in also):
             out.append(h.problem(name, f"{path} is not in a directory of kvprov's: root writes it there, where other "
                                        "programs read their files; put it in a directory whose name starts with "
                                        f"kvprov under {', '.join(KVPROV_PARENTS)} (e.g. /opt/kvprov/…)"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kvprov import namespace
+from kvprov.check.bounds import plain
 from kvprov.check.host import HostView, instances_var
 from kvprov.check.values import (INSTANCE_NAME, NFS_PROFILES, TIERLESS_ENGINES, VALUE_RULES, mount_point,
                                  storage_dir_errors)
@@ -42,7 +43,7 @@ def storage_dirs(h: HostView) -> list[StorageDir]:
             or h.get("kvprov_engine") in TIERLESS_ENGINES):
         return []
     server = str(h.get("kvprov_storage_server") or "").strip().lower()
-    export = posixpath.normpath(h.get("kvprov_storage_export") or "/")
+    export = plain(h.get("kvprov_storage_export") or "/")  # //kvcache is /kvcache: one volume
     engine = h.get("kvprov_engine") or "sglang_hicache"
     shares = namespace.shares(engine, h.get)
     default_dir = (namespace.namespace_dir(mount, engine, namespace.namespace(engine, engine_getter(h))) if shares

@@ -431,7 +431,8 @@ def test_a_loader_path_on_the_volume_in_a_world_writable_directory_or_relative_i
 
 def test_the_engines_home_is_its_own_local_directory():
     assert problems(kvprov_engine_home="/var/lib/kvprov-engine") == []
-    for home in ("/", "/usr/local/x", "/etc"):
+    # a leading // is / on Linux (normpath keeps it: POSIX leaves "//" to the system): //etc is /etc
+    for home in ("/", "/usr/local/x", "/etc", "//etc", "///etc/", "//", "//usr/local/x"):
         assert problems(kvprov_engine_home=home) == [
             f"error kvprov_engine_home: {home} is a system directory: the engine user would own and write it; use a "
             "directory of its own, e.g. /var/lib/kvprov-engine"]
@@ -440,6 +441,8 @@ def test_the_engines_home_is_its_own_local_directory():
         "could plant the engine's Python packages or configuration there; use a local directory, e.g. "
         "/var/lib/kvprov-engine"]
     assert problems(kvprov_engine_home="/mnt/kvcache2/home") == []
+    assert problems(kvprov_engine_home="//mnt/kvcache/home")[0].startswith(
+        "error kvprov_engine_home: //mnt/kvcache/home is on the shared KV volume (/mnt/kvcache)")
     assert [p for p in problems(kvprov_engine_home="/srv/home", kvprov_storage_mount_point="/")
             if "kvprov_engine_home" in p] == []  # a mount point of / is refused by itself
 
