@@ -174,7 +174,7 @@ def containers_inventory(path: Path, only: list[str] | None = None) -> list[tupl
         group = {**group, "hosts": {h: group["hosts"][h] for h in only}}
     data["all"]["children"] = {"gpu_nodes": {"children": {"lab_containers": group}}}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return [(h, v["ansible_host"]) for h, v in nodes["lab_containers"]["hosts"].items()]
+    return [(h, v["ansible_host"]) for h, v in group["hosts"].items()]
 
 
 def recap_changed(output: str) -> set[str]:
