@@ -3,7 +3,8 @@ group kv_storage (ONTAP over REST, Linux knfsd over ssh) against what the invent
 nodes mount from them (docs/storage-check.md).
 
 Exit 0: no check failed (warnings allowed); 1: a check failed; 2: bad inventory (or no
-kv_storage group); 3: a storage system could not be reached and nothing else failed.
+kv_storage group); 3: a storage system could not be reached (whatever else failed: README's
+exit codes, where 3 wins over 1 for every command).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def add_parser(sub) -> None:
                     "on and 4.0 off, pNFS, referrals off, the v4 id-domain, RDMA on the service and on every LIF "
                     "mounted through, the export's volume online with free space and inodes, and an export rule "
                     "that gives every GPU node read, write and root. Changes nothing. Exit 0: no check failed; "
-                    "1: a check failed; 2: bad inventory; 3: a storage system was unreachable (docs/storage-check.md).")
+                    "1: a check failed; 2: bad inventory; 3: a storage system was unreachable, whatever else failed "
+                    "(docs/storage-check.md).")
     inventory.add_inventory_args(c)
     inventory.add_limit_arg(c, "only the storage systems of this Ansible host pattern")
     c.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
@@ -110,6 +112,6 @@ def cmd_check(args) -> int:
     results, unreachable = run(inventory.from_args(args), limit=inventory.limit_patterns(args.limit))
     results += [summarize(rs) for rs in report.by_host(results).values()]
     report.write_reports(args, results, name="kvprov storage check")
-    if any(r.status == FAIL and r.host not in unreachable for r in report.checks(results)):
-        return EXIT_CHECKS_FAILED
-    return EXIT_UNREACHABLE if unreachable else EXIT_OK
+    if unreachable:  # wins over 1, as for every command (README's exit codes): the rest is unknown
+        return EXIT_UNREACHABLE
+    return EXIT_CHECKS_FAILED if any(r.status == FAIL for r in report.checks(results)) else EXIT_OK

@@ -3,8 +3,11 @@
 Live: collect each host's state (kvprov.validate.collect), run the checks on it, then the
 throughput acceptance test (kvprov.bench) unless --no-bench. Offline: the checks on
 captured bundles, against their own desired.json or, given an inventory, the desired state
-recomputed from it (a bundle that disagrees fails bundle.desired). Exit 0: no check failed (warnings and skips allowed); 1: a check failed;
-2: no such bundle, or a bundle without a usable desired.json; 3: a host was unreachable.
+recomputed from it (a bundle that disagrees fails bundle.desired). Every host of a live run is in
+every report: one whose state could not be captured fails host.collect. Exit 0: no check failed
+(warnings and skips allowed); 1: a check failed (host.collect of a host whose capture failed,
+too); 2: no such bundle, or a bundle without a usable desired.json; 3: a host was unreachable
+(whatever else failed: README's exit codes).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ def add_parser(sub) -> None:
         description="Check what a host really runs against its desired state: the live mount (RDMA, NFS version, "
                     "pNFS layout used after a real write), RDMA, GDS, NIXL and the engine services. With --bundle "
                     "the checks run offline on captured files (docs/bundle.md), e.g. a customer's capture. "
-                    "Exit 0: no check failed; 1: a check failed; 2: no usable bundle.")
+                    "Exit 0: no check failed; 1: a check failed; 2: no usable bundle; 3: a host was unreachable "
+                    "(whatever else failed).")
     inventory.add_inventory_args(
         p, required=False, help="validate the live hosts of this inventory (collects a bundle per host first); with "
                                 "--bundle: judge each bundle against the desired state recomputed from it (contacts "
@@ -55,7 +59,7 @@ def cmd_validate(args) -> int:
     judge = sources if args.bundle else []  # the inventory the given bundles are judged against
     if args.engine_roundtrip and not live:
         raise KvprovError("--engine-roundtrip restarts live engines: give an INVENTORY, without --bundle", EXIT_USAGE)
-    unreachable = []
+    unreachable, not_captured = [], []
     if live:
         out = args.keep or Path(tempfile.mkdtemp(prefix="kvprov-validate-"))
         collected = collect.collect(live, out, args.limit, timeout=args.timeout)
@@ -63,6 +67,7 @@ def cmd_validate(args) -> int:
         unreachable = collected.unreachable
         for f in collected.failures:
             print(f"{f.host}: {'unreachable' if f.unreachable else 'collect failed'}: {f.message}", file=sys.stderr)
+        not_captured = [collect_failed(f) for f in collected.failures]  # in every report, not only on stderr
     elif not args.bundle:
         raise KvprovError("give an INVENTORY or --bundle DIR/HOST (a bundle directory, see docs/bundle.md)", EXIT_USAGE)
     want = None
@@ -98,10 +103,22 @@ def cmd_validate(args) -> int:
         from kvprov import loadtest
 
         results += loadtest.roundtrip(live, ",".join(sorted(Path(b).name for b in args.bundle)))
+    results += not_captured
     results += [summarize(rs) for rs in report.by_host(results).values()]
     report.write_reports(args, results)
-    if unusable == len(args.bundle):
+    if args.bundle and unusable == len(args.bundle):
         return EXIT_USAGE  # nothing could be checked at all
-    if not report.ok(results):
-        return EXIT_CHECKS_FAILED
-    return EXIT_UNREACHABLE if unreachable else EXIT_OK
+    if unreachable:  # wins over 1 (README's exit codes): what was not reached is unknown
+        return EXIT_UNREACHABLE
+    return EXIT_OK if report.ok(results) else EXIT_CHECKS_FAILED
+
+
+def collect_failed(f) -> Result:
+    """The result of a host whose state the live run could not capture (a runner.Failure)."""
+    found, fix = ((f"unreachable: {show(f.message, 400)}",
+                   "check ssh to the host (`ansible -i INVENTORY HOST -m ping`), then validate again")
+                  if f.unreachable else
+                  (f"task '{show(f.task, 80)}' failed: {show(f.message, 400)}",
+                   "read the message (the run's artifacts have the whole output), then validate again"))
+    return Result("host.collect", "bundle", FAIL, "the host answers over Ansible and its state is captured", found,
+                  fix, show(f.host, 80))
