@@ -13,7 +13,10 @@ hosts in parallel (playbooks/collect.yml without its I/O and NIXL probes):
   engine's storage directories;
 - with the storage directories, the KV volume's space and inodes in use and each instance
   directory's size (a warning when the volume is nearly full; --prom exports the figures
-  as gauges).
+  as gauges);
+- the model's namespaces on the volume: beside each shared namespace a host uses, the old ones
+  a keying change left (size, last evictor run), which the evictor retires after
+  kvprov_engine_evict_retire_days: shown per host (console, --json, --prom), never drift.
 
 Exit codes: 0 no drift (warnings allowed), 1 drift found, 2 bad inventory or usage,
 3 a host could not be audited (unreachable or collector error; the others are reported).
@@ -30,7 +33,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from kvprov import check, inventory, lock, redact, runner
+from kvprov import check, inventory, lock, redact, runner, volume_namespaces
 from kvprov.converge import converge
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import bundle as bf
@@ -266,6 +269,12 @@ VOLUME_GAUGES = (("size_bytes", "The KV volume's size as df counts it (used + av
 DIR_GAUGES = (("bytes", "Space an engine instance's KV directory takes (du), bytes."),
               ("files", "Files in an engine instance's KV directory."),
               ("complete", "1 when the directory was walked to the end within the collector's timeout, else 0."))
+NAMESPACE_GAUGES = (
+    ("bytes", "Space a model's namespace on the KV volume takes (du), bytes (current false: an old one)."),
+    ("files", "Files in a model's namespace on the KV volume."),
+    ("complete", "1 when the namespace was walked to the end within the collector's timeout, else 0."),
+    ("last_use_timestamp_seconds", "When any host's evictor last ran on the namespace (its .kvprov-in-use), "
+                                   "Unix time; absent when none ever did."))
 
 
 def capacity_gauges(b: Bundle, d: Desired) -> list[Gauge]:
@@ -290,6 +299,18 @@ def capacity_gauges(b: Bundle, d: Desired) -> list[Gauge]:
         labels = (("host", d.host), ("instance", inst.name), ("path", inst.storage_dir))
         out += [Gauge(f"kvprov_engine_storage_dir_{k}", labels, v) for k, _ in DIR_GAUGES
                 if (v := figure(usage, k)) is not None]
+    return out + namespace_gauges(volume_namespaces.parse(b, d))
+
+
+def namespace_gauges(rows: list[volume_namespaces.Namespace]) -> list[Gauge]:
+    """The figures of a model's namespaces on the volume (pure); none that were not measured."""
+    out: list[Gauge] = []
+    for r in rows:
+        labels = (("host", r.host), ("engine", r.engine), ("namespace", r.name), ("current", str(r.current).lower()))
+        values = {"bytes": r.bytes, "files": r.files, "complete": None if r.complete is None else int(r.complete),
+                  "last_use_timestamp_seconds": None if r.last_use is None else round(r.last_use)}
+        out += [Gauge(f"kvprov_engine_namespace_{k}", labels, values[k]) for k, _ in NAMESPACE_GAUGES
+                if values[k] is not None]
     return out
 
 
@@ -332,7 +353,8 @@ def to_prom(results: list[Result], now: float, gauges: list[Gauge] = ()) -> str:
         for h, rs in per_host.items():
             per.labels(h).set(value(rs))
     family("kvprov_audit_last_run_timestamp_seconds", "When kvprov audit ran.", ()).set(round(now))
-    for prefix, figures in (("kvprov_storage_volume_", VOLUME_GAUGES), ("kvprov_engine_storage_dir_", DIR_GAUGES)):
+    for prefix, figures in (("kvprov_storage_volume_", VOLUME_GAUGES), ("kvprov_engine_storage_dir_", DIR_GAUGES),
+                            ("kvprov_engine_namespace_", NAMESPACE_GAUGES)):
         for key, help_ in figures:
             these = [g for g in gauges if g.name == prefix + key]
             if these:  # no family without a sample
@@ -357,20 +379,25 @@ def format_before_after(before: list[Result], after: list[Result], hosts: list[s
 
 # ---------------------------------------------------------------------------- live (I/O)
 
-def gather(sources: str | list[str], limit: str | None, timeout: int) -> tuple[list[Result], list[Gauge]]:
+Namespaces = list[volume_namespaces.Namespace]
+
+
+def gather(sources: str | list[str], limit: str | None, timeout: int) -> tuple[list[Result], list[Gauge], Namespaces]:
     """Capture every host in one module call each (hosts in parallel), then audit each capture:
-    the results, and the hosts' capacity figures."""
+    the results, the hosts' capacity figures, and the model's namespaces on the volume."""
     result = runner.run("collect.yml", sources, name="audit", limit=limit, stream=sys.stderr,
                         capture=CAPTURE_TASK,
                         extravars={"kvprov_collect_timeout": timeout, "kvprov_collect_probes": False})
     results: list[Result] = []
     gauges: list[Gauge] = []
+    namespaces: Namespaces = []
     for host, captured in sorted(result.captured.items()):
         b = Bundle(files=bundle_files(captured, result.desired.get(host)))
         try:
             desired = bf.load_desired(b)
             results += audit(b, desired)
             gauges += capacity_gauges(b, desired)
+            namespaces += volume_namespaces.parse(b, desired)
         except bf.DesiredError as e:
             results.append(unreachable_result(host, f"the collector returned no usable desired state: {e}"))
     for f in result.failures:
@@ -378,7 +405,7 @@ def gather(sources: str | list[str], limit: str | None, timeout: int) -> tuple[l
                                           + f.message))
     if not results and result.rc != 0:
         raise KvprovError(f"audit: ansible-playbook failed (artifacts: {result.artifacts})", EXIT_UNREACHABLE)
-    return results, gauges
+    return results, gauges, namespaces
 
 
 def add_parser(sub) -> None:
@@ -397,8 +424,10 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_audit)
 
 
-def _outputs(args, results: list[Result], gauges: list[Gauge]) -> None:
-    write_reports(args, results, "kvprov audit", everything=args.verbose)
+def _outputs(args, results: list[Result], gauges: list[Gauge], namespaces: Namespaces = ()) -> None:
+    write_reports(args, results, "kvprov audit", everything=args.verbose,
+                  host_fields=volume_namespaces.json_fields(list(namespaces)),
+                  appendix=volume_namespaces.format_section(list(namespaces)))
     if args.prom:
         write_file(args.prom, to_prom(results, time.time(), gauges), mode=0o644)  # node_exporter reads it
 
@@ -415,11 +444,11 @@ def cmd_audit(args) -> int:
     sources = inventory.from_args(args)
     check.require_valid(sources)
     t0 = time.monotonic()
-    results, gauges = gather(sources, args.limit, args.timeout)
+    results, gauges, namespaces = gather(sources, args.limit, args.timeout)
     summary = (f"audit: {len({r.host for r in results})} host(s) in {time.monotonic() - t0:.1f}s; "
                f"drift on: {', '.join(drifted(results)) or 'none'}")
     if not (args.fix and drifted(results)):
-        _outputs(args, results, gauges)
+        _outputs(args, results, gauges, namespaces)
         print(summary, file=sys.stderr if args.json == "-" else sys.stdout)
         return _exit_code(results)
 
@@ -429,8 +458,9 @@ def cmd_audit(args) -> int:
     with lock.inventory_lock(sources, "audit --fix"):
         deployed = converge(sources, "audit --fix", ",".join(hosts), allow_remount=args.allow_remount)
     runner.print_summary(deployed, sys.stderr, rerun=["audit", "--fix", *inventory.argv(sources)])
-    again, again_gauges = gather(sources, ",".join(hosts), args.timeout)
+    again, again_gauges, again_namespaces = gather(sources, ",".join(hosts), args.timeout)
     after = [r for r in results if r.host not in hosts] + again
-    _outputs(args, after, [g for g in gauges if dict(g.labels)["host"] not in hosts] + again_gauges)
+    _outputs(args, after, [g for g in gauges if dict(g.labels)["host"] not in hosts] + again_gauges,
+             [n for n in namespaces if n.host not in hosts] + again_namespaces)
     print(format_before_after(results, again, hosts), file=sys.stderr if args.json == "-" else sys.stdout)
     return _exit_code(after)

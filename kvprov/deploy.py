@@ -89,7 +89,7 @@ def audit_first(sources: list[str], limit: str | None) -> tuple[list[str], list[
     audit could not reach or read, are converged."""
     t0 = time.monotonic()
     print("deploy: auditing the hosts first (--full skips this)", file=sys.stderr)
-    results, _ = audit.gather(sources, limit, timeout=30)
+    results = audit.gather(sources, limit, timeout=30)[0]
     hosts = sorted({r.host for r in results})
     todo = sorted({r.host for r in results if r.status == FAIL})
     clean = [h for h in hosts if h not in todo]

@@ -66,6 +66,7 @@ FILE_MODES = collector.FILE_FILE_MODES
 DEPLOY_LOCK = collector.FILE_DEPLOY_LOCK
 DIR_MODES = collector.FILE_DIR_MODES
 ENGINE_USER = collector.FILE_ENGINE_USER
+NAMESPACES = collector.FILE_NAMESPACES
 MANAGED_DIRS = collector.FILE_MANAGED_DIRS
 VENVS = collector.FILE_VENVS
 FILES_DIR = collector.DIR_FILES  # files/<absolute path>: live copies of managed config files
@@ -94,6 +95,7 @@ NAMES: dict[str, str] = {
     RESTART_PENDING: "the engine units a deploy changed and has not restarted yet (its restart-pending notes)",
     DIR_MODES: "each directory deploy creates: whether it is one (lstat), its mode, owner and group",
     ENGINE_USER: "the engine user's account (uid, primary group, home, shell), or that it does not exist",
+    NAMESPACES: "each shared namespace the host uses and the model's other namespaces beside it: size, last evictor run",
 }
 
 MiB = 1 << 20

@@ -81,15 +81,17 @@ def format_table(results: list[Result], everything: bool = True) -> str:
     return "\n".join(lines)
 
 
-def to_json(results: list[Result]) -> dict:
-    """{"ok", "hosts": {host: {"ok", "counts", "results": [Result fields ...]}}} (summaries included)."""
-    hosts = {host: {"ok": ok(rs), "counts": counts(rs), "results": [asdict(r) for r in rs]}
+def to_json(results: list[Result], host_fields: dict[str, dict] | None = None) -> dict:
+    """{"ok", "hosts": {host: {"ok", "counts", "results": [Result fields ...]}}} (summaries included);
+    `host_fields`: more fields of a host's entry (audit's "namespaces")."""
+    hosts = {host: {"ok": ok(rs), "counts": counts(rs), "results": [asdict(r) for r in rs],
+                    **(host_fields or {}).get(host, {})}
              for host, rs in by_host(results).items()}
     return {"ok": ok(results), "hosts": hosts}
 
 
-def format_json(results: list[Result]) -> str:
-    return json.dumps(to_json(results), indent=2) + "\n"
+def format_json(results: list[Result], host_fields: dict[str, dict] | None = None) -> str:
+    return json.dumps(to_json(results, host_fields), indent=2) + "\n"
 
 
 def _x(text: str) -> str:
@@ -145,11 +147,13 @@ def write_file(path: str, text: str | bytes, mode: int = 0o600) -> None:
         raise KvprovError(f"cannot write {path}: {e.strerror or e}", EXIT_USAGE) from None
 
 
-def write_reports(args, results: list, name: str = "kvprov validate", everything: bool = True) -> None:
+def write_reports(args, results: list, name: str = "kvprov validate", everything: bool = True,
+                  host_fields: dict[str, dict] | None = None, appendix: str = "") -> None:
     """--json F (or '-': JSON on stdout instead of the table), --junit F, and the table
-    (everything=False: only failures and warnings)."""
+    (everything=False: only failures and warnings), then `appendix` (text after the table);
+    `host_fields`: more fields of each host's JSON entry."""
     if args.json:
-        text = format_json(results)
+        text = format_json(results, host_fields)
         if args.json == "-":
             sys.stdout.write(text)
         else:
@@ -158,3 +162,5 @@ def write_reports(args, results: list, name: str = "kvprov validate", everything
         write_file(args.junit, to_junit(results, name))
     if args.json != "-":
         print(format_table(results, everything))
+        if appendix:
+            print(appendix)

@@ -82,6 +82,7 @@ FILE_DEPLOY_LOCK = "deploy_lock.json"
 FILE_VENVS = "venvs.json"
 FILE_DIR_MODES = "dir_modes.json"
 FILE_ENGINE_USER = "engine_user.json"
+FILE_NAMESPACES = "namespaces.json"
 DIR_FILES = "files"  # files/<absolute path>: live copies of the managed files
 DIR_SYSTEMCTL = "systemctl"  # systemctl/<unit>.txt, systemctl/<unit>.cmdline.json
 DIR_METRICS = "metrics"  # metrics/<instance>.txt, metrics/<instance>-server.txt
@@ -170,12 +171,12 @@ for path in sys.argv[1:]:
 print(json.dumps(out))
 """
 
-# The volume's use (statvfs, as df counts it) and each instance directory's size, on a shared
-# volume: never through a link (O_NOFOLLOW, lstat), on that filesystem only, one open
-# directory per level. A directory too large to walk within argv[1] seconds gives the figures
-# so far, marked incomplete (the parent's timeout, a little longer, catches a hung mount).
-USAGE_PROBE = r"""
-import json, os, stat, sys, time
+# The walk USAGE_PROBE and NAMESPACES_PROBE share: a directory's size on a shared volume, never
+# through a link (O_NOFOLLOW, lstat), on that filesystem only, one open directory per level. A
+# directory too large to walk within argv[1] seconds gives the figures so far, marked incomplete
+# (the parent's timeout, a little longer, catches a hung mount).
+WALK = r"""
+import json, os, re, stat, sys, time
 deadline = time.monotonic() + float(sys.argv[1])
 FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 def walk(fd, dev, acc):
@@ -207,6 +208,15 @@ def walk(fd, dev, acc):
         else:
             acc["bytes"] += st.st_blocks * 512
             acc["files"] += 1
+def size(fd):
+    acc = {"bytes": 0, "files": 0, "unreadable": 0, "complete": time.monotonic() <= deadline}
+    if acc["complete"]:
+        walk(fd, os.fstat(fd).st_dev, acc)
+    return acc
+"""
+
+# The volume's use (statvfs, as df counts it) and each instance directory's size (WALK).
+USAGE_PROBE = WALK + r"""
 out = {}
 try:
     v = os.statvfs(sys.argv[2])
@@ -217,11 +227,10 @@ try:
 except OSError as err:
     out[sys.argv[2]] = {"error": str(err)}
 for path in sys.argv[3:]:
-    acc = {"bytes": 0, "files": 0, "unreadable": 0, "complete": True}
     try:
         fd = os.open(path, FLAGS)
         try:
-            walk(fd, os.fstat(fd).st_dev, acc)
+            acc = size(fd)
         finally:
             os.close(fd)
     except OSError as err:
@@ -229,6 +238,76 @@ for path in sys.argv[3:]:
     out[path] = acc
 print(json.dumps(out))
 """
+
+# A model's namespaces on the volume (#37): for each shared namespace DIR the host uses (argv[3:]),
+# its siblings in DIR's parent named like it, PREFIX-<12 hex> (argv[2], the evictor's pattern), and
+# DIR itself; each with its .kvprov-in-use mtime (the last run of any host's evictor for it) and,
+# but for the host's own (measured by USAGE_PROBE), its size (WALK, one deadline for all). A
+# sibling that is a link is listed, never followed; one on another filesystem is listed, not
+# walked; anything else (a file named so) is not listed.
+NAMESPACES_PROBE = WALK + r"""
+IN_USE = ".kvprov-in-use"
+mine = {os.path.normpath(p) for p in sys.argv[3:]}
+out = {}
+for path in sorted(mine):
+    parent, own = os.path.split(path)
+    m = re.fullmatch(sys.argv[2], own)
+    entry = {"listed_at": time.time(), "namespaces": {}}
+    try:
+        top = os.open(parent, FLAGS)
+        try:
+            dev = os.fstat(top).st_dev
+            with os.scandir(top) as it:
+                names = sorted(e.name for e in it)
+            for name in names:
+                n = re.fullmatch(sys.argv[2], name)
+                if not (m and n and n.group(1) == m.group(1)):
+                    continue
+                e = {"current": os.path.join(parent, name) in mine, "skipped": None, "in_use": None, "usage": None}
+                try:
+                    st = os.stat(name, dir_fd=top, follow_symlinks=False)
+                except OSError as err:
+                    e["usage"] = {"error": str(err)}
+                    entry["namespaces"][name] = e
+                    continue
+                if stat.S_ISLNK(st.st_mode):
+                    e["skipped"] = "a link, not followed"
+                elif not stat.S_ISDIR(st.st_mode):
+                    continue
+                elif st.st_dev != dev:
+                    e["skipped"] = "on another filesystem, not walked"
+                else:
+                    try:
+                        fd = os.open(name, FLAGS, dir_fd=top)
+                    except OSError as err:
+                        e["usage"] = {"error": str(err)}
+                    else:
+                        try:
+                            if os.fstat(fd).st_dev != dev:
+                                e["skipped"] = "on another filesystem, not walked"
+                            else:
+                                try:
+                                    mark = os.stat(IN_USE, dir_fd=fd, follow_symlinks=False)
+                                    e["in_use"] = mark.st_mtime if stat.S_ISREG(mark.st_mode) else None
+                                except OSError:
+                                    pass
+                                if not e["current"]:
+                                    try:
+                                        e["usage"] = size(fd)
+                                    except OSError as err:
+                                        e["usage"] = {"error": str(err)}
+                        finally:
+                            os.close(fd)
+                entry["namespaces"][name] = e
+        finally:
+            os.close(top)
+    except OSError as err:
+        entry = {"error": str(err)}
+    out[path] = entry
+print(json.dumps(out))
+"""
+# A shared namespace's directory name: PREFIX-<12 hex fingerprint> (kvprov/namespace.py, the evictor's FINGERPRINTED).
+FINGERPRINTED = r"(.+)-[0-9a-f]{12}"
 
 
 def run(cmd: list, timeout: float, stdin: str | None = None) -> tuple:
@@ -444,6 +523,25 @@ def stat_paths(paths: list, timeout: int, hung: str | None = None) -> tuple[dict
                                 "group": None, "mode": None, "error": error} for p in paths}, to
 
 
+def namespace_dirs(desired: dict) -> list:
+    """The shared namespaces the host's instances use, <mount>/kv/<engine>/PREFIX-<12 hex>
+    (kvprov/namespace.py, namespace_dir), normalized; a directory of an instance's own is none."""
+    parent = os.path.join(os.path.normpath(desired["storage"]["mount_point"]), "kv", str(desired["engine"].get("name")))
+    dirs = {os.path.normpath(i["storage_dir"]) for i in desired["engine"]["instances"] if i.get("storage_dir")}
+    return sorted(d for d in dirs if os.path.dirname(d) == parent and re.fullmatch(FINGERPRINTED, os.path.basename(d)))
+
+
+def with_own_usage(listing: dict, usage: dict) -> dict:
+    """NAMESPACES_PROBE's listing with the host's own namespaces' sizes from USAGE_PROBE's (each
+    directory is walked once)."""
+    measured = {os.path.normpath(p): u for p, u in usage.items()}
+    for path, entry in listing.items():
+        for name, e in (entry.get("namespaces") or {}).items():
+            if e.get("current") and e.get("skipped") is None and e.get("usage") is None:
+                e["usage"] = measured.get(os.path.join(os.path.dirname(path), name))
+    return listing
+
+
 def account(user: str) -> dict:
     """The user's account as deploy's user module sets it: {exists, uid, group, home, shell}."""
     try:
@@ -630,6 +728,18 @@ def collect(desired: dict, probes: bool, io_bytes: int, timeout: int, version: s
         error = f"timed out after {timeout}s (hung mount?)" if to else (se.strip()[-300:] or f"exited {rc}")
         entries[name]["usage"] = usage.get(path) or {"error": error}
     out[FILE_STORAGE_DIRS] = json.dumps({"mount_point": entries.pop(""), "instances": entries}, indent=2)
+    # The model's namespaces beside each shared one the host uses (#37): old ones the evictor retires.
+    shared, listing = namespace_dirs(desired), {}
+    if shared and (hung or to):
+        listing = {p: {"error": hung or f"not run: the usage walk did not answer within {timeout}s (hung mount?)"}
+                   for p in shared}
+    elif shared:
+        rc, so, se, to = run(["runuser", "-u", engine["user"], "--", python, "-c", NAMESPACES_PROBE,
+                              str(max(1, timeout * 0.8)), FINGERPRINTED, *shared], timeout)
+        found = json.loads(so) if rc == 0 and so.strip() else {}
+        error = f"timed out after {timeout}s (hung mount?)" if to else (se.strip()[-300:] or f"exited {rc}")
+        listing = {p: found.get(p) or {"error": error} for p in shared}
+    out[FILE_NAMESPACES] = json.dumps(with_own_usage(listing, usage), indent=2)
 
     if probes:
         health = {}

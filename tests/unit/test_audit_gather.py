@@ -62,7 +62,7 @@ def test_gather_audits_each_capture_and_names_the_hosts_that_did_not_answer(ansi
                            "bad": ({"files": {}}, {"format": 99})}
     ansible["failures"] = [runner.Failure("gpu9", "Gathering Facts", "ssh: no route", True),
                            runner.Failure("gpu8", "capture", "python3 missing")]
-    results, gauges = audit.gather(["inv.yml"], "gpu*", 7)
+    results, gauges, namespaces = audit.gather(["inv.yml"], "gpu*", 7)
     assert ansible == {**ansible, "playbook": "collect.yml", "sources": ["inv.yml"], "limit": "gpu*", "name": "audit",
                        "capture": CAPTURE_TASK, "extravars": {"kvprov_collect_timeout": 7,
                                                               "kvprov_collect_probes": False}}
@@ -79,6 +79,7 @@ def test_gather_audits_each_capture_and_names_the_hosts_that_did_not_answer(ansi
     assert [(g.name, dict(g.labels)["host"], g.value) for g in gauges][:2] == [
         ("kvprov_storage_volume_size_bytes", "kvlab-c1", 1000), ("kvprov_storage_volume_used_bytes", "kvlab-c1", 10)]
     assert audit._exit_code(results) == 3
+    assert namespaces == []  # bundles of a collector that did not list them: nothing, no error
 
 
 def test_gather_with_nothing_captured_and_a_failed_run_is_an_error(ansible):
@@ -87,7 +88,7 @@ def test_gather_with_nothing_captured_and_a_failed_run_is_an_error(ansible):
         audit.gather("inv.yml", None, 30)
     assert e.value.exit_code == 3 and "ansible-playbook failed" in str(e.value)
     ansible["rc"] = 0  # no host matched: no results, no error
-    assert audit.gather("inv.yml", None, 30) == ([], [])
+    assert audit.gather("inv.yml", None, 30) == ([], [], [])
 
 
 def test_audit_exits_0_with_warnings_only_1_with_drift(ansible, tmp_path, capsys):

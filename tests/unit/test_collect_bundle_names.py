@@ -29,7 +29,7 @@ def test_the_reader_takes_every_name_from_the_collector():
     assert bf.collector.__file__ == str(ROOT / "plugins/modules/kvprov_collect.py")
     read = {"COLLECT", "MOUNTINFO", "MOUNTSTATS", "MODULES", "RDMA_LINK", "IP_ADDR", "IO_PROBE", "GDSCHECK", "GPU",
             "CUFILE", "UDEV", "NIXL_PROBE", "STORAGE_DIRS", "HEALTH", "PACKAGES", "RESTART_PENDING", "FILE_MODES",
-            "DEPLOY_LOCK", "DIR_MODES", "ENGINE_USER", "MANAGED_DIRS", "VENVS"}
+            "DEPLOY_LOCK", "DIR_MODES", "ENGINE_USER", "MANAGED_DIRS", "VENVS", "NAMESPACES"}
     assert {getattr(bf, name) for name in read} == set(fixed.values())
     for name in read:
         assert getattr(bf, name) == fixed["FILE_" + name], name
@@ -77,7 +77,7 @@ def test_what_the_collector_writes_is_named_in_the_list(written):
     assert not unnamed, f"captured under names not in the collector's list: {sorted(unnamed)}"
     assert {bf.COLLECT, bf.MOUNTINFO, bf.GPU, bf.IO_PROBE, bf.NIXL_PROBE, bf.STORAGE_DIRS, bf.HEALTH,
             bf.MANAGED_DIRS, bf.FILE_MODES, bf.RESTART_PENDING, bf.DEPLOY_LOCK, bf.VENVS, bf.DIR_MODES,
-            bf.ENGINE_USER} <= set(written)
+            bf.ENGINE_USER, bf.NAMESPACES} <= set(written)
     assert "files/etc/hostname" in written and bf.FILES_DIR not in names
     assert {bf.GDSCHECK, bf.CUFILE, bf.UDEV} <= set(meta["skipped"])  # no GPU here
     assert set(written) & {bf.MODULES, bf.RDMA_LINK, bf.IP_ADDR} or set(meta["errors"]) & {bf.MODULES, bf.RDMA_LINK}

@@ -141,6 +141,7 @@ def test_every_file_of_a_capture(host):
     assert list(dirs) == sorted([str(mp), str(mp / "main"), f"{tmp}/etc"])
     assert dirs[str(mp)]["is_dir"] is True and dirs[str(mp)]["owner"] == USER
     assert json.loads(out.pop(bf.ENGINE_USER)) == collector.account(USER) and collector.account(USER)["exists"]
+    assert json.loads(out.pop(bf.NAMESPACES)) == {}  # an instance directory of its own: no shared namespace
     sd = json.loads(out.pop(bf.STORAGE_DIRS))
     assert sd["mount_point"]["is_dir"] and sd["mount_point"]["is_on_kv_mount"] is True
     assert sd["mount_point"]["writable_by_service_user"] is True
@@ -169,7 +170,7 @@ def test_every_file_of_a_capture(host):
 def test_the_json_files_are_indented_as_docs_bundle_md_shows_them(host):
     out = collector.collect(host["desired"], True, 4096, 10, "9.9", host["pending"])
     for name in (bf.IO_PROBE, bf.GPU, bf.MANAGED_DIRS, bf.FILE_MODES, bf.VENVS, bf.DIR_MODES, bf.ENGINE_USER,
-                 bf.STORAGE_DIRS, bf.HEALTH, bf.COLLECT):
+                 bf.STORAGE_DIRS, bf.HEALTH, bf.COLLECT, bf.NAMESPACES):
         assert out[name] == json.dumps(json.loads(out[name]), indent=2), name
     for name in (bf.RESTART_PENDING, bf.DEPLOY_LOCK):
         assert out[name] == json.dumps(json.loads(out[name])), name
