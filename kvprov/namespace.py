@@ -27,10 +27,10 @@ PER_INSTANCE = {
         "(sglang issue #32693, fix proposed in PR #32705), so each instance keeps its own directory"),
     ("lmcache_mp", "nixl_store"): (
         "LMCache's static nixl_store pool keeps its index in memory: another host (or this one after a "
-        "restart) cannot find what it stored; use kvprov_lmcache_mp_l2_type fs_native to share"),
+        "restart) cannot find what it stored; use kvprov_lmcache_mp_l2_type fs to share"),
     ("lmcache_mp", "nixl_store_dynamic"): (
         "LMCache's nixl_store_dynamic deletes every *.tmp.* file of its directory at shutdown, the writes in "
-        "flight of every other instance using it; use kvprov_lmcache_mp_l2_type fs_native to share"),
+        "flight of every other instance using it; use kvprov_lmcache_mp_l2_type fs to share"),
     ("lmcache_inproc", "nixl"): (
         "LMCache's in-process nixl pool keeps its index in memory: nothing it stored can be found by "
         "another host; use kvprov_lmcache_inproc_tier fs to share"),

@@ -90,6 +90,19 @@ def main() -> None:
             time.sleep(0.1)
         return round(time.monotonic() - started, 3)
 
+    if "--full" in sys.argv:  # a volume that fills: store 8 chunks, then what is found and loads whole
+        keys[:] = [ObjectKey(chunk_hash=bytes([i]) * 16, model_name="m", kv_rank=0) for i in range(8)]
+        adapter, _ = build()
+        out["stored"] = store(adapter, 8)
+        out["found"] = lookup(adapter)[0]
+        buffers = [Buffer(0) for _ in out["found"]]
+        task = adapter.submit_load_task([keys[i] for i in out["found"]], buffers)
+        wait(adapter.get_load_event_fd(), adapter.query_load_result, task)
+        out["loaded"] = [i for i, b in zip(out["found"], buffers) if b.data == Buffer(i + 1).data]
+        adapter.close()
+        print(json.dumps(out))
+        return
+
     stop = lambda: os.kill(args["sftp_pid"], signal.SIGSTOP)  # noqa: E731
     cont = lambda: os.kill(args["sftp_pid"], signal.SIGCONT)  # noqa: E731
 

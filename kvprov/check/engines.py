@@ -7,10 +7,20 @@ from kvprov import namespace
 from kvprov.check import bounds
 from kvprov.check.fleet import sharing
 from kvprov.check.host import HostView, instances_var
-from kvprov.check.values import (DEPRECATED, ENGINES, ENGINE_PREFIXES, LMCACHE_MP_INSTANCE_KEYS, TIERLESS_ENGINES,
-                                 VALUE_RULES, VLLM_ENGINES, int_range, is_int, listen_address,
+from kvprov.check.values import (DEPRECATED, ENGINES, ENGINE_PREFIXES, LMCACHE_MP_INSTANCE_KEYS, NFS_PROFILES,
+                                 TIERLESS_ENGINES, VALUE_RULES, VLLM_ENGINES, int_range, is_int, listen_address,
                                  tls_pair_mismatch)
 from kvprov.inventory import Problem
+
+# LMCache's fs_native (csrc/storage_backends/fs/connector.cpp, do_single_set) closes the temporary file
+# without looking at close()'s result, then renames it into place. On NFS a buffered write's error (the
+# volume full, the server failing) is reported at close(): the file is published short or with a hole
+# and served as a hit. use_odirect does not avoid it: O_DIRECT is used only for a length that is a
+# multiple of the mount's block size (its wsize on NFS), else the write is buffered all the same.
+FS_NATIVE_ON_NFS = ("fs_native on an NFS storage profile can publish a short or holed KV file: LMCache's C++ "
+                    "adapter ignores close()'s error before renaming the file into place, and NFS reports a failed "
+                    "write (a full volume, a server error) at close(); the file is then served as a hit (a wrong "
+                    "answer). Use fs (the default), whose failed close() removes the file")
 
 
 def engine_rules(h: HostView) -> list[Problem]:
@@ -161,6 +171,8 @@ def _lmcache_mp(h: HostView) -> list[Problem]:
                              severity="warning"))
     l2 = h.get("kvprov_lmcache_mp_l2_type")
     shared = namespace.shares("lmcache_mp", h.get)
+    if l2 == "fs_native" and h.get("kvprov_storage_profile") in NFS_PROFILES:
+        out.append(h.problem("kvprov_lmcache_mp_l2_type", FS_NATIVE_ON_NFS))
     if l2 == "fs_native" and shared and h.get("kvprov_engine_evict") == "never":
         out.append(h.problem("kvprov_engine_evict", "never leaves the shared namespace unbounded: fs_native's own "
                              "eviction is off there (it counts only what its own process stored and would delete "

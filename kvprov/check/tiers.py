@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvprov import namespace
 from kvprov.check.host import HostView, instances_var
 from kvprov.check.values import is_int
 from kvprov.inventory import Problem
@@ -103,7 +104,8 @@ def storage_tier(h: HostView) -> tuple[str, float, str] | None:
                     return None  # already an error: the pool cannot hold kvprov_lmcache_mp_l2_size_gb
                 return ("kvprov_lmcache_mp_nixl_pool_size", float(pool * size),
                         f"nixl_store pool {pool} x {size} bytes")
-        if l2:
+        l2_type = h.get("kvprov_lmcache_mp_l2_type")  # bounded by it: nixl_store, fs_native in its own directory
+        if l2 and (l2_type == "nixl_store" or (l2_type == "fs_native" and not namespace.shares(engine, h.get))):
             return "kvprov_lmcache_mp_l2_size_gb", l2 * GB, f"L2 {l2:g} GB"
     if engine == "lmcache_inproc":
         tier = h.get("kvprov_lmcache_inproc_tier")

@@ -90,7 +90,8 @@ def test_lmcache_in_process_nixl_pool_a_tenth_of_its_dram_warns():
 
 @pytest.mark.parametrize("values, variable", [
     ({"kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l1_size_gb": 100, "kvprov_lmcache_mp_l2_type": "fs_native",
-      "kvprov_lmcache_mp_l2_size_gb": 50}, "kvprov_lmcache_mp_l2_size_gb"),
+      "kvprov_lmcache_mp_l2_size_gb": 50, "kvprov_engine_storage_sharing": "instance", "kvprov_storage_profile": "local",
+      "kvprov_storage_pnfs_layout": "none"}, "kvprov_lmcache_mp_l2_size_gb"),
     ({"kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l1_size_gb": 20, "kvprov_lmcache_mp_l2_type": "nixl_store",
       "kvprov_lmcache_mp_nixl_pool_size": 64, "kvprov_lmcache_mp_nixl_file_size": 67108864,
       "kvprov_lmcache_mp_l2_size_gb": 4}, "kvprov_lmcache_mp_nixl_pool_size"),

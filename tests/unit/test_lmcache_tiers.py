@@ -35,11 +35,11 @@ from tests.unit.test_engine_parsers import ENGINE_PY, SCRIPT
 
 UNITS = "etc/systemd/system"
 POOL_FILE = re.compile(r"obj_[0-9]+_[0-9a-f]+\.bin")
-# One host per tier, from the lab engine inventory (kvprov_lmcache_mp_l2_type removed: the default).
+# One host per tier, from the lab engine inventory (on the local profile: fs_native is refused on NFS).
 HOSTS = {
-    "mp-fsn": {},  # the shared namespace (the default)
-    "mp-fsn-own": {"kvprov_engine_storage_sharing": "instance"},  # a directory of the instance's own
-    "mp-fs": {"kvprov_lmcache_mp_l2_type": "fs"},
+    "mp-fsn": {"kvprov_lmcache_mp_l2_type": "fs_native"},  # the shared namespace (the default)
+    "mp-fsn-own": {"kvprov_lmcache_mp_l2_type": "fs_native", "kvprov_engine_storage_sharing": "instance"},  # its own
+    "mp-fs": {},  # fs, the default
     "mp-nixl": {"kvprov_lmcache_mp_l2_type": "nixl_store", "kvprov_lmcache_mp_l1_size_gb": 0.25,
                 "kvprov_lmcache_mp_nixl_pool_size": 4, "kvprov_lmcache_mp_nixl_file_size": 1 << 20,
                 "kvprov_lmcache_mp_l2_size_gb": 0},
@@ -459,19 +459,35 @@ def test_the_rendered_fail_open_adapter_bounds_each_wait_on_storage_that_stops_a
 # ---------------------------------------------------------------- kvprov check
 
 def test_check_warns_when_fs_native_is_left_unbounded():
-    own = {"kvprov_engine": "lmcache_mp", "kvprov_engine_storage_sharing": "instance"}
+    native = {"kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l2_type": "fs_native", "kvprov_storage_profile": "local",
+              "kvprov_storage_pnfs_layout": "none"}
+    own = {**native, "kvprov_engine_storage_sharing": "instance"}
     assert problems(**own, kvprov_lmcache_mp_l2_size_gb=0) == [
         "warning kvprov_lmcache_mp_l2_size_gb: 0 leaves fs_native without max_capacity_gb and its eviction block: "
         "LMCache never evicts from L2 and only kvprov's evictor (kvprov_engine_evict) bounds the directory; set "
         "the L2 capacity in GB"]
     assert problems(**own, kvprov_lmcache_mp_l2_size_gb=50) == []
-    assert problems(**own, kvprov_lmcache_mp_l2_type="fs", kvprov_lmcache_mp_l2_size_gb=0) == []
+    assert problems(**{**own, "kvprov_lmcache_mp_l2_type": "fs"}, kvprov_lmcache_mp_l2_size_gb=0) == []
     # a shared namespace: LMCache's own capacity is not written; kvprov's evictor is what bounds it
-    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_size_gb=0) == []
-    assert problems(kvprov_engine="lmcache_mp", kvprov_engine_evict="never") == [
+    assert problems(**native, kvprov_lmcache_mp_l2_size_gb=0) == []
+    assert problems(**native, kvprov_engine_evict="never") == [
         "warning kvprov_engine_evict: never leaves the shared namespace unbounded: fs_native's own eviction is off "
         "there (it counts only what its own process stored and would delete the files other hosts hit first), so "
         "only kvprov's evictor bounds it"]
+
+
+def test_check_refuses_fs_native_on_nfs_where_a_failed_close_would_publish_a_short_file():
+    """LMCache's fs_native renames a file into place whatever close() said; NFS reports a failed write
+    (ENOSPC, EIO) at close(). fs (the default) removes the file when close() fails (below)."""
+    for profile in ("netapp_pnfs_rdma", "nfs_tcp"):
+        for sharing in ("auto", "instance"):
+            found = problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_type="fs_native",
+                             kvprov_storage_profile=profile, kvprov_engine_storage_sharing=sharing,
+                             kvprov_lmcache_mp_fs_native_use_odirect=True)
+            assert [p for p in found if p.startswith("error kvprov_lmcache_mp_l2_type: fs_native on an NFS")], found
+    assert problems(kvprov_engine="lmcache_mp") == []  # fs, the default
+    assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_l2_type="fs_native", kvprov_storage_profile="local",
+                    kvprov_storage_pnfs_layout="none") == []
 
 
 def test_check_refuses_an_l1_that_nixl_cannot_register_page_by_page():
@@ -504,3 +520,44 @@ def test_check_refuses_a_remote_url_beside_the_fs_tier_that_writes_it():
     assert problems(kvprov_engine="lmcache_inproc", kvprov_lmcache_inproc_tier="local_disk",
                     kvprov_lmcache_inproc_config=url) == []
 
+
+
+@pytest.mark.parametrize("inner", ["fs", "fs_native"])
+def test_a_full_volume_fails_stores_and_publishes_no_partial_file(rendered, tmp_path, inner):
+    """The volume full (#37): LMCache's adapter as deployed (inside kvprov's fail-open adapter, as
+    rendered) stores 8 chunks of 64 KiB into a 160 KiB file system (tmpfs) reached through FUSE
+    (tests/stall_dir.py: sshfs writes asynchronously, so a failed write is reported at close(), as
+    on NFS). `fs`, the default, fails the store and publishes only whole chunks, each byte for
+    byte; `fs_native` is the control that shows why kvprov check refuses it on NFS."""
+    if os.geteuid():
+        engine_missing("mounting a small tmpfs needs root")
+    python = engine_python()
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "kvprov-test-full", str(backing)], check=True)
+    try:
+        with stall_dir(backing, tmp_path / "kv") as stall:
+            r = subprocess.run([python, str(ROOT / "tests/lmcache_failopen_drive.py"), "--full"], capture_output=True,
+                               text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+                               input=json.dumps({"module_dir": str(rendered / "mp-fsn" / "usr/local/lib/kvprov-lmcache"),
+                                                 "mount": str(stall.mount), "sftp_pid": stall.server.pid,
+                                                 "inner_type": inner}))
+        assert r.returncode == 0, r.stderr[-4000:]
+        out = json.loads(r.stdout.splitlines()[-1])
+        published = {p.name: p.read_bytes() for p in backing.glob("*.data")}
+    finally:
+        subprocess.run(["umount", str(backing)], check=True)
+    print(inner, out, {name: len(data) for name, data in published.items()})
+    partial = [name for name, data in published.items() if data not in CHUNKS]
+    if inner == "fs":
+        assert out["stored"] is False and 0 < len(published) < 8, (out, list(published))  # some fit, not all
+        assert partial == [], f"partial chunks published: {partial}"
+        assert out["found"] == out["loaded"] and len(out["found"]) == len(published), out  # loads byte for byte
+    else:  # the control, why kvprov check refuses fs_native on NFS: it reports the store a success,
+        # publishes short files and its lookups find them (LMCache 0.5.6; measured: 8 of 8 found, 2 whole)
+        assert out["stored"] is True and partial, (out, partial)
+        assert len(out["loaded"]) < len(out["found"]), ("fs_native published no partial file: the refusal in "
+                                                        "kvprov/check/engines.py may go", out)
+
+
+CHUNKS = {bytes([i + 1]) * (64 * 1024) for i in range(8)}  # tests/lmcache_failopen_drive.py's Buffer(i + 1)

