@@ -356,11 +356,11 @@ def refuse_link(path: str | Path, option: str) -> None:
                           "it; remove it or name another file", EXIT_USAGE)
 
 
-def write_json(result: RunResult, path: str | Path, clean: list[str] = ()) -> None:
+def write_json(result: RunResult, path: str | Path, clean: list[str] = (), extra: dict | None = None) -> None:
     """The run's summary (deploy --json FILE, or - for stdout); `clean`: hosts not run because
-    the audit found them clean (zero counts). It names hosts and their failures: written 0600
-    through a new file in FILE's directory renamed over it (report.write_file), never through a
-    link."""
+    the audit found them clean (zero counts); `extra`: the command's own fields. It names hosts
+    and their failures: written 0600 through a new file in FILE's directory renamed over it
+    (report.write_file), never through a link."""
     from kvprov.validate.report import write_file
 
     if str(path) != "-":
@@ -369,7 +369,7 @@ def write_json(result: RunResult, path: str | Path, clean: list[str] = ()) -> No
     data = {"rc": result.rc, "seconds": round(result.seconds, 1),
             "artifacts": str(result.artifacts) if result.artifacts else None,
             "hosts": {h: asdict(s) for h, s in sorted(hosts.items())}, "clean": sorted(clean),
-            "failures": [asdict(f) for f in result.failures], "diffs": result.diffs}
+            "failures": [asdict(f) for f in result.failures], "diffs": result.diffs, **(extra or {})}
     text = json.dumps(data, indent=2) + "\n"
     if str(path) == "-":
         sys.stdout.write(text)

@@ -3,6 +3,8 @@ DIR/<host>/ (docs/bundle.md), one module call per host (playbooks/collect.yml)."
 
 from __future__ import annotations
 
+import contextlib
+
 import errno
 import json
 import os
@@ -131,16 +133,25 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, type=Path)
     inventory.add_limit_arg(p)
     p.add_argument("--timeout", type=int, default=30, metavar="S", help="seconds for each host-side probe")
+    p.add_argument("--json", metavar="FILE", help="also write the run as JSON to FILE: each host's task counts, the "
+                                                  "failures and `bundles` {host: directory} ('-': to stdout, the "
+                                                  "bundle list to stderr)")
     p.set_defaults(func=cmd_collect)
 
 
 def cmd_collect(args) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise KvprovError(f"--out {args.out} is not a directory", EXIT_USAGE)
+    if args.json and args.json != "-":
+        runner.refuse_link(args.json, "--json")
     sources = inventory.from_args(args)
-    result = collect(sources, args.out, args.limit, timeout=args.timeout)
+    human = sys.stderr if args.json == "-" else sys.stdout  # with --json -, stdout is the JSON's alone
+    with contextlib.redirect_stdout(sys.stderr) if args.json == "-" else contextlib.nullcontext():
+        result = collect(sources, args.out, args.limit, timeout=args.timeout)
     for host in sorted(result.captured):
-        print(f"{args.out / host}")
+        print(f"{args.out / host}", file=human)
     if result.failures:
         runner.print_summary(result, sys.stderr, rerun=["collect", *inventory.argv(sources), "--out", str(args.out)])
+    if args.json:
+        runner.write_json(result, args.json, extra={"bundles": {h: str(args.out / h) for h in sorted(result.captured)}})
     return EXIT_UNREACHABLE if result.unreachable else (EXIT_OK if not result.failures else 1)

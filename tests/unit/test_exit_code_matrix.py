@@ -126,7 +126,7 @@ COMMANDS = {
     "audit": Command(["audit"], "--json", "--junit", "--prom", NO_OUT, JUDGES),
     "audit --fix": Command(["audit", "--fix"], "--json", "--junit", "--prom", NO_OUT,
                            NA + "written only when the deploy it runs fails, which no scenario here makes happen"),
-    "collect": Command(["collect"], NA + "no --json: the bundles are its report", NO_JUNIT, NO_PROM, "--out", "collect"),
+    "collect": Command(["collect"], "--json", NO_JUNIT, NO_PROM, "--out", "collect"),
     "bench": Command(["bench"], "--json", "--junit", NO_PROM, NO_OUT, JUDGES),
     "storage check": Command(["storage", "check"], "--json", "--junit", NO_PROM, NO_OUT, JUDGES, storage=True),
 }
@@ -302,9 +302,11 @@ def console(name: str, out: str, err: str, bundles: Path | None) -> tuple[set, s
 
 def json_report(name: str, path: Path) -> tuple[set, set]:
     data = json.loads(path.read_text())
-    if name.startswith("deploy"):
+    if name.startswith("deploy") or name == "collect":  # the run's summary (runner.write_json)
         bad = {h for h, s in data["hosts"].items() if s["failed"] or s["unreachable"]}
         assert {f["host"] for f in data["failures"]} == bad, data["failures"]
+        if name == "collect":  # a bundle for each host captured, none for the others
+            assert set(data["bundles"]) == set(data["hosts"]) - bad, data["bundles"]
         return set(data["hosts"]), bad
     return set(data["hosts"]), {h for h, v in data["hosts"].items() if not v["ok"]}
 
