@@ -677,7 +677,7 @@ def serve_through_outages_of_the_export(relative: str) -> dict[str, float]:
     stored_after(before, 4)
     faults = {"nfs-server stopped": (STORAGE, "systemctl stop nfs-server", "systemctl start nfs-server"),
               "packets dropped": (GPU1, "tc qdisc add dev data0 root netem loss 100%", "tc qdisc del dev data0 root")}
-    for n, (fault, (where, start, end)) in enumerate(faults.items()):
+    for fault, (where, start, end) in faults.items():
         since = sh("date '+%Y-%m-%d %H:%M:%S'").strip()
         assert ssh(*where, start, timeout=60).returncode == 0, fault
         try:
