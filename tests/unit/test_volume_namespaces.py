@@ -222,3 +222,42 @@ def test_validate_does_not_read_them(tmp_path, volume):
     assert rc == rc_before
     before, after = (json.loads((tmp_path / f).read_text()) for f in ("before.json", "after.json"))
     assert after == before
+
+
+# ---------------------------------------------------------------- pure, fast (the mutation harness runs these)
+
+def test_the_gauges_of_each_namespace_leave_out_what_was_not_measured():
+    def row(name, **kw):
+        return volume_namespaces.Namespace(host="h1", engine="lmcache_mp", parent="/mnt/kv/kv/lmcache_mp", name=name,
+                                           **kw)
+    rows = [row(OLD, current=False, bytes=4096, files=2, complete=True, last_use=1700000000.4),
+            row(LINK, current=False, note="a link, not followed"),
+            row(CURRENT, current=True, bytes=0, files=0, complete=False)]
+    gauges = {(g.name, dict(g.labels)["namespace"]): (dict(g.labels), g.value) for g in audit.namespace_gauges(rows)}
+    labels = {"host": "h1", "engine": "lmcache_mp", "namespace": OLD, "current": "false"}
+    assert gauges[("kvprov_engine_namespace_bytes", OLD)] == (labels, 4096)
+    assert gauges[("kvprov_engine_namespace_files", OLD)] == (labels, 2)
+    assert gauges[("kvprov_engine_namespace_complete", OLD)] == (labels, 1)
+    assert gauges[("kvprov_engine_namespace_last_use_timestamp_seconds", OLD)] == (labels, 1700000000)
+    assert not [k for k in gauges if k[1] == LINK]  # nothing measured: no gauge
+    assert gauges[("kvprov_engine_namespace_complete", CURRENT)] == ({**labels, "namespace": CURRENT,
+                                                                      "current": "true"}, 0)
+    assert ("kvprov_engine_namespace_bytes", CURRENT) in gauges  # 0 is a figure
+    assert ("kvprov_engine_namespace_last_use_timestamp_seconds", CURRENT) not in gauges
+    prom = audit.to_prom([], 0, audit.namespace_gauges(rows))
+    assert f'kvprov_engine_namespace_files{{current="false",engine="lmcache_mp",host="h1",namespace="{OLD}"}} 2.0' \
+        in prom
+
+
+def test_the_hosts_own_namespace_takes_its_size_from_the_usage_walk():
+    own, old = "/mnt/kv/kv/lmcache_mp/" + CURRENT, "/mnt/kv/kv/lmcache_mp/" + OLD
+    listing = {own: {"namespaces": {CURRENT: {"current": True, "skipped": None, "usage": None},
+                                    OLD: {"current": False, "skipped": None, "usage": {"bytes": 1}},
+                                    LINK: {"current": True, "skipped": "a link, not followed", "usage": None}}},
+               old: {"error": "gone"}}
+    usage = {own + "/": {"bytes": 8192, "files": 2}, old: {"bytes": 5}, "/mnt/kv/kv/lmcache_mp/" + LINK: {"bytes": 9}}
+    out = collector.with_own_usage(listing, usage)
+    assert out[own]["namespaces"][CURRENT]["usage"] == {"bytes": 8192, "files": 2}
+    assert out[own]["namespaces"][OLD]["usage"] == {"bytes": 1}  # walked by the listing itself
+    assert out[own]["namespaces"][LINK]["usage"] is None  # skipped: never measured
+    assert out[old] == {"error": "gone"}
