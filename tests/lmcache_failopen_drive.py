@@ -90,6 +90,16 @@ def main() -> None:
             time.sleep(0.1)
         return round(time.monotonic() - started, 3)
 
+    if "--planted-link" in sys.argv:  # the tier's directory is a link another writer planted
+        adapter, _ = build()
+        time.sleep(3 * PROBE)  # probes meanwhile: each tries to build it again
+        out["status"] = adapter.report_status()["tier"]
+        out["lookup"] = lookup(adapter)[0]
+        out["stored"] = store(adapter, 1)
+        adapter.close()
+        print(json.dumps(out))
+        return
+
     if "--full" in sys.argv:  # a volume that fills: store 8 chunks, then what is found and loads whole
         keys[:] = [ObjectKey(chunk_hash=bytes([i]) * 16, model_name="m", kv_rank=0) for i in range(8)]
         adapter, _ = build()
@@ -132,13 +142,21 @@ def main() -> None:
     out["status_recovered"] = adapter.report_status()["tier"], metric()
     adapter.close()
 
-    # a server that starts while the storage hangs: it starts, bypassed, and uses the tier once it answers
+    # a server that starts while the storage hangs, its directory not made yet (kvprov-kv-key names
+    # the keyed subdirectory without the storage): it starts, bypassed, and once the storage answers
+    # makes the directory and uses the tier
+    config.base_path = config.inner.base_path = os.path.join(args["mount"], "fp-0123456789ab")
     stop()
     adapter, out["stalled_build_s"] = build()
     out["stalled_build_lookup"] = lookup(adapter)
     out["stalled_build_status"] = adapter.report_status()["tier"]
     cont()
-    out["stalled_build_recovered_after_s"] = until_found(adapter)
+    started = time.monotonic()
+    while adapter.report_status()["tier"] != "in use" and time.monotonic() - started < 30:
+        time.sleep(0.1)
+    out["stalled_build_recovered_after_s"] = round(time.monotonic() - started, 3)
+    out["stalled_build_dir"] = os.path.isdir(config.base_path) and not os.path.islink(config.base_path)
+    out["stalled_build_stored"] = store(adapter)
     out["stalled_build_load"] = load(adapter)
     adapter.close()
 

@@ -170,6 +170,28 @@ def test_storage_that_does_not_answer_turns_the_tier_off_for_the_run(tmp_path, h
     assert "no answer from the storage within 0.001s" in r.stderr
 
 
+def test_when_down_keyed_names_the_keyed_subdirectory_only_when_the_storage_did_not_answer(tmp_path, host):
+    """--when-down keyed (LMCache MP's server, whose fail-open adapter makes the directory when the
+    storage answers): a storage that does not answer in time gives the same key as a healthy start,
+    not made yet; a link in its place or an unwritable namespace still turn the tier off."""
+    ns, link = host
+    a = model(tmp_path / "m")
+    healthy = key_dir(ns, link, "--model", a)
+    healthy.rmdir()
+    off_dir(link, run("--model", a, "--timeout", "0.001", ns, link))  # the default
+    off_dir(link, run("--model", a, "--timeout", "0.001", "--when-down", "off", ns, link))
+    r = run("--model", a, "--timeout", "0.001", "--when-down", "keyed", ns, link)
+    assert r.returncode == 0 and kv_dir(link) == healthy and not healthy.exists(), r.stderr
+    assert "no answer from the storage within 0.001s; the engine makes it when the storage answers" in r.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    healthy.symlink_to(elsewhere)
+    off_dir(link, run("--model", a, "--when-down", "keyed", ns, link))
+    missing = tmp_path / "not-mounted" / "ns"
+    off_dir(link, run("--model", a, "--when-down", "keyed", missing, link))
+    assert run("--model", a, "--when-down", "on", ns, link).returncode == 2
+
+
 def test_anything_in_the_subdirectorys_place_is_refused_never_followed(tmp_path, host):
     ns, link = host
     a = model(tmp_path / "m")
@@ -259,6 +281,9 @@ def test_the_units_of_a_shared_namespace_run_it_and_mount_its_subdirectory(tmp_p
         argv = shlex.split(unit_lines(text, "ExecStartPre")[0])  # the first
         namespace, envfile = argv[-2:]
         assert argv[0] == "/usr/local/sbin/kvprov-kv-key" and envfile == f"/run/{rundir}/kv.env"
+        # only LMCache MP's server waits for the storage through its own fail-open adapter
+        assert (argv[argv.index("--when-down") + 1] if "--when-down" in argv else "off") == \
+            ("keyed" if engine == "lmcache_mp" else "off"), argv
         assert "/kv/" + engine + "/" in namespace and namespace in unit_lines(text, "ReadWritePaths")[0]
         assert unit_lines(text, "EnvironmentFile") == [f"-{envfile}"]
         execstart = text.split("\nExecStart=")[1].split("\n\n")[0]

@@ -382,14 +382,15 @@ def test_a_real_fs_native_server_starts_while_its_storage_hangs_and_takes_the_ti
     PYTHONPATH) on a real LMCache MP server (CPU), its directory on a mount whose storage stops
     answering before the server starts (tests/stall_dir.py). LMCache alone builds its adapter in
     StorageManager.__init__ and would wait there; this server starts with the tier bypassed, and once
-    the storage answers, builds the adapter with its L2 eviction controller and makes the
-    instance's temporary directory inside the storage directory."""
+    the storage answers, makes its directory (a keyed subdirectory kvprov-kv-key named without the
+    storage: --when-down keyed), builds the adapter with its L2 eviction controller and makes the
+    instance's temporary directory inside it."""
     python = engine_python()
     with stall_dir(tmp_path / "backing", tmp_path / "kv") as stall:
         argv = [python] + argv_of(rendered / "mp-fsn" / UNITS / "kvprov-lmcache-main.service")[1:]
         i = argv.index("--l2-adapter") + 1
         l2 = json.loads(argv[i])
-        l2["adapter_params"]["inner"]["base_path"] = str(stall.mount)
+        l2["adapter_params"]["inner"]["base_path"] = str(stall.mount / "fp-0123456789ab")
         argv[i] = json.dumps(l2)
         argv[argv.index("--l1-size-gb") + 1] = "0.25"
         for flag in ("--port", "--prometheus-port"):
@@ -407,8 +408,8 @@ def test_a_real_fs_native_server_starts_while_its_storage_hangs_and_takes_the_ti
             stop_server(proc)
     text = log.read_text()
     assert "Created FS native L2 adapter" in text and "Starting L2EvictionController" in text, text[-3000:]
-    backing = tmp_path / "backing"
-    assert [p.name for p in backing.iterdir()] == [".tmp-mp-fsn-main"] and (backing / ".tmp-mp-fsn-main").is_dir()
+    keyed = tmp_path / "backing" / "fp-0123456789ab"
+    assert [p.name for p in keyed.iterdir()] == [".tmp-mp-fsn-main"] and (keyed / ".tmp-mp-fsn-main").is_dir()
 
 
 def wait_logged(proc: subprocess.Popen, log: Path, text: str, timeout: float = 180) -> None:
@@ -449,11 +450,32 @@ def test_the_rendered_fail_open_adapter_bounds_each_wait_on_storage_that_stops_a
     # answering again: the tier is in use again, with no restart, and its files load byte for byte
     assert out["recovered_lookup"][0] == [0, 1, 2] and out["recovered_load"] == [[0, 1, 2], [True, True, True]]
     assert out["status_recovered"] == ["in use", 0]
-    # built while the storage hangs: bypassed after the deadline, in use once the storage answers
+    # built while the storage hangs, its directory (the keyed subdirectory) not made yet: bypassed
+    # after the deadline; once the storage answers, the directory is made and the tier is in use
     assert out["stalled_build_s"] < 10 and out["stalled_build_status"] == "bypassed"
-    assert out["stalled_build_lookup"][0] == [] and out["stalled_build_load"] == [[0, 1, 2], [True, True, True]]
+    assert out["stalled_build_lookup"][0] == [] and out["stalled_build_recovered_after_s"] < 10, out
+    assert out["stalled_build_dir"] and out["stalled_build_stored"]
+    assert out["stalled_build_load"] == [[0, 1, 2], [True, True, True]]
     # the control: LMCache's adapter alone did not answer the same lookup in 5 s
     assert out["bare_stalled_lookup_answered"] is False
+
+
+def test_the_fail_open_adapter_refuses_a_link_in_its_directorys_place(rendered, tmp_path):
+    """A writer of the shared volume plants a link where a host's keyed subdirectory goes: the
+    rendered adapter never follows it (it stays bypassed, stores nothing, reads nothing), also
+    after its probes try to build it again."""
+    elsewhere, volume = tmp_path / "elsewhere", tmp_path / "volume"
+    elsewhere.mkdir()
+    volume.mkdir()
+    (volume / "fp-0123456789ab").symlink_to(elsewhere)
+    r = subprocess.run([engine_python(), str(ROOT / "tests/lmcache_failopen_drive.py"), "--planted-link"],
+                       capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+                       input=json.dumps({"module_dir": str(rendered / "mp-fsn" / "usr/local/lib/kvprov-lmcache"),
+                                         "mount": str(volume / "fp-0123456789ab"), "inner_type": "fs"}))
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out == {"status": "bypassed", "lookup": [], "stored": False}, out
+    assert list(elsewhere.iterdir()) == [] and "is not a directory" in r.stderr, r.stderr[-3000:]
 
 
 # ---------------------------------------------------------------- kvprov check

@@ -3,7 +3,8 @@
 """kvprov-kv-key: the part of a shared KV namespace's key only the host knows, at each start.
 
 Usage: kvprov-kv-key --model MODEL [--revision REV] [--venv VENV] [--cache FILE]
-                     [--timeout S] [--also NAME=PREFIX ...] NAMESPACE ENVFILE
+                     [--timeout S] [--when-down off|keyed] [--also NAME=PREFIX ...]
+                     NAMESPACE ENVFILE
 
 The namespace's name (NAMESPACE, <mount>/kv/<engine>/<name>-<fingerprint>) hashes what the
 inventory says shapes the KV files (kvprov/namespace.py). Three things that shape them too are
@@ -34,7 +35,12 @@ It never stops the engine from starting: when NAMESPACE cannot be reached within
 (the storage is down) or the subdirectory cannot be made, KVPROV_KV_DIR is an empty directory
 of its own that the engine cannot write (the tier is off for this run: its stores fail and
 every request is computed; the engine's own fail-open settings apply), never NAMESPACE itself,
-whose files other keys wrote. Exit 0 unless its arguments are wrong (2).
+whose files other keys wrote. With --when-down keyed (an engine whose own fail-open L2 adapter
+waits for the storage and makes the subdirectory itself, refusing a link as this does: LMCache MP
+under kvprov's adapter), a storage that does not answer in time names the keyed subdirectory all
+the same: the engine starts with its tier bypassed and takes it into use when the storage answers,
+with no restart. The key is known without the storage; only the subdirectory needs it. Exit 0
+unless its arguments are wrong (2).
 """
 
 from __future__ import annotations
@@ -137,9 +143,14 @@ def describe(key: dict) -> str:
     return f"model: {what}; gpu {','.join(key['gpu'])}; engine {' '.join(key['engine']) or '-'}"
 
 
+class NoAnswer(str):
+    """make_dir's answer when the storage did not answer in time (not when it refused)."""
+
+
 def make_dir(path: str, timeout: float) -> str | None:
     """Make the subdirectory (0750) in a child that may hang on a dead mount; None when it exists
-    as a directory (not a link) afterwards, else why not."""
+    as a directory (not a link) afterwards, else why not (a NoAnswer when the storage did not
+    answer within `timeout`)."""
     code = ("import os, stat, sys\np = sys.argv[1]\ntry:\n    os.mkdir(p, 0o750)\nexcept FileExistsError:\n    pass\n"
             "if not stat.S_ISDIR(os.lstat(p).st_mode):\n    sys.exit(p + ' is not a directory')\n")
     try:
@@ -150,7 +161,7 @@ def make_dir(path: str, timeout: float) -> str | None:
         _, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         child.kill()  # on a hard mount it may stay in the kernel; this process goes on
-        return f"no answer from the storage within {timeout:g}s"
+        return NoAnswer(f"no answer from the storage within {timeout:g}s")
     return None if child.returncode == 0 else (err.strip().splitlines() or [f"exit {child.returncode}"])[-1]
 
 
@@ -189,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--venv", default="")
     ap.add_argument("--cache", default="", help="the file digests' cache (default: none)")
     ap.add_argument("--timeout", type=float, default=15, help="seconds the storage may take to answer")
+    ap.add_argument("--when-down", choices=("off", "keyed"), default="off",
+                    help="what KVPROV_KV_DIR names when the storage does not answer in time: an empty "
+                         "directory (off, the default) or the keyed subdirectory, for an engine that makes "
+                         "it once the storage answers (keyed)")
     ap.add_argument("--also", action="append", default=[], metavar="NAME=PREFIX",
                     help="also write NAME=PREFIX<directory> (repeatable)")
     ap.add_argument("namespace")
@@ -211,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     if why is None:
         write_env(a.envfile, target, a.also)
         log(f"{target} ({describe(key)})")
+        return 0
+    if isinstance(why, NoAnswer) and a.when_down == "keyed":
+        write_env(a.envfile, target, a.also)
+        log(f"{target} ({describe(key)}): {why}; the engine makes it when the storage answers")
         return 0
     os.makedirs(off, exist_ok=True)
     os.chmod(off, stat.S_IRUSR | stat.S_IXUSR)  # 0500: empty, and the engine cannot write into it
