@@ -289,6 +289,19 @@ class _Shown:
         return path
 
 
+def _vaulted_strings(value: Any) -> None:
+    """The strings in a loaded value (not its mappings' keys), each told to vault with the file
+    Ansible loaded it from (vault.from_encrypted_file)."""
+    if isinstance(value, dict):
+        for v in value.values():
+            _vaulted_strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            _vaulted_strings(v)
+    else:
+        vault.from_encrypted_file(value, getattr(_ansible_origin(value), "path", None))
+
+
 @dataclass
 class _Context:
     """What load() gathers before building the model: paths, YAML nodes, lint findings."""
@@ -305,7 +318,9 @@ class _Context:
 
     def var(self, name: Any, value: Any, fallback: Origin) -> Var:
         """A variable Ansible loaded: its origin from the value's tag (YAML: the line of its
-        key, and its node), else from the key's tag, else `fallback` (the host or group)."""
+        key, and its node), else from the key's tag, else `fallback` (the host or group). The
+        strings in a value from a whole-file encrypted vars file are remembered for hide()."""
+        _vaulted_strings(value)
         for tagged in (value, name):
             tag = _ansible_origin(tagged)
             if tag is not None and getattr(tag, "path", None):

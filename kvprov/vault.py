@@ -25,6 +25,8 @@ SHOWN = "<vaulted>"
 
 _cli_ids: list[str] = []  # what the command line gave, as vault-id slugs ('label@source')
 _secrets: set[str] = set()  # every decrypted string value, for hide()
+_encrypted: dict[str, bool] = {}  # path -> whether it is a whole-file encrypted file (from_encrypted_file)
+MIN_HIDDEN = 4  # shorter values of an encrypted vars file (a flag, a small number) stay shown
 
 
 def add_args(parser) -> None:
@@ -104,6 +106,23 @@ def revealed(value):
     text = str(value)
     _remember(text)
     return text
+
+
+def from_encrypted_file(value, path: str | None) -> None:
+    """A string value Ansible loaded from `path`, remembered for hide() when that file is an
+    `ansible-vault encrypt`-ed vars file (Ansible decrypts it whole and its values carry no
+    mark of it): whoever vaulted the file said every value in it is secret. Values shorter than
+    MIN_HIDDEN characters stay shown (hiding them would blank every message)."""
+    if not isinstance(value, str) or len(value) < MIN_HIDDEN or not path:
+        return
+    if path not in _encrypted:
+        try:
+            with open(path, "rb") as f:
+                _encrypted[path] = is_encrypted(f.read(64))
+        except OSError:
+            _encrypted[path] = False
+    if _encrypted[path]:
+        _remember(str.__str__(value))
 
 
 def is_encrypted(data: bytes) -> bool:

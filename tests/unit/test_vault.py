@@ -119,6 +119,23 @@ def test_check_never_shows_a_decrypted_value(tmp_path):
     assert "secret-name" not in r.stdout + r.stderr
 
 
+def test_check_never_shows_a_value_of_a_whole_file_encrypted_vars_file(tmp_path):
+    """Ansible decrypts a vaulted vars file whole and its values carry no mark of it (#39): every
+    string of 4+ characters in it counts as a secret in kvprov's messages (a short one, a flag or a
+    small number, stays shown), nested ones too; the same value from a plain file is shown."""
+    write_inventory(tmp_path, vaulted=True)
+    secret = "/etc/kvprov/s3cr3t-key-file-name"
+    extra = f"kvprov_engine_api_key_file: {secret}\nkvprov_engine_environment: {{HF_HOME: \"a\\tnested-s3cr3t\"}}\n"
+    (tmp_path / "group_vars/gpu_nodes.yml").write_text(encrypt(GROUP_VARS + extra))
+    r = kvprov(tmp_path, "check", "inv.yml", "--vault-password-file", "pw")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert 'kvprov_engine_api_key_file: "<vaulted>" is not a file' in r.stdout, r.stdout
+    assert "kvprov_engine_environment" in r.stdout and "s3cr3t" not in r.stdout + r.stderr, r.stdout
+    (tmp_path / "group_vars/gpu_nodes.yml").write_text(GROUP_VARS + extra)  # not encrypted: shown as it is
+    r = kvprov(tmp_path, "check", "inv.yml", "--vault-password-file", "pw")
+    assert secret in r.stdout and "nested-s3cr3t" in r.stdout, r.stdout
+
+
 def test_a_vault_encrypted_extra_vars_file_is_read_like_an_inventory_file(tmp_path):
     write_inventory(tmp_path, vaulted=True)
     (tmp_path / "extra.yml").write_text(encrypt("kvprov_sglang_tp_size: 0\n"))

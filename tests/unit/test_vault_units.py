@@ -140,3 +140,22 @@ def test_the_longest_secret_is_hidden_first():
     vault._remember("abc")
     vault._remember("abcdef")
     assert vault.hide("abcdef abc") == "<vaulted> <vaulted>"
+
+
+def test_strings_of_a_whole_file_encrypted_vars_file_are_hidden_from_4_characters_on(tmp_path, monkeypatch):
+    """vault.from_encrypted_file: a value Ansible loaded from an `ansible-vault encrypt`-ed file is
+    remembered once it has 4 characters; from a plain or missing file, or not a string, never.
+    Whether a file is encrypted is read once."""
+    monkeypatch.setattr(vault, "_encrypted", {})
+    sealed, plain = tmp_path / "sealed.yml", tmp_path / "plain.yml"
+    sealed.write_text("$ANSIBLE_VAULT;1.1;AES256\n6162\n")
+    plain.write_text("x: abcd\n")
+    for value, path in (("abc", sealed), ("abcd", plain), ("efgh", tmp_path / "missing"), (1234, sealed),
+                        ("ijkl", None)):
+        vault.from_encrypted_file(value, str(path) if path else None)
+    assert not vault.has_secrets() and vault._encrypted == {str(plain): False, str(tmp_path / "missing"): False}
+    vault.from_encrypted_file("abcd", str(sealed))
+    assert vault.hide("see abcd, abc") == "see <vaulted>, abc"
+    sealed.write_text("plain now\n")
+    vault.from_encrypted_file("wxyz", str(sealed))  # read once: still the encrypted file's
+    assert vault.hide("wxyz") == "<vaulted>"
