@@ -6,7 +6,10 @@ gets its KV directory from one NFS mount on kvlab-gpu1, made with kvprov's own o
 - sshfs runs on the controller; its FUSE mount is made inside the container's mount namespace
   with the controller's /dev/fuse (nspawn gives a container none). The container's processes
   see an ordinary directory; each of their file calls becomes one sftp call served on
-  kvlab-gpu1 (as root) on that host's NFS mount.
+  kvlab-gpu1 (as root) on that host's NFS mount, over 4 ssh connections (RELAY_CONNS): an NFS
+  client has many calls in flight, and one sftp server would queue every call behind one the
+  storage does not answer (a stopped NFS server: each call fails only after the soft mount's
+  timeout).
 - The relay caches nothing (no sshfs directory cache, FUSE entry/attribute/negative timeouts 0),
   so what one container sees of another's files is what the NFS client on kvlab-gpu1 sees.
 - Two containers use two NFS mounts, each with `nosharecache` (its own superblock, dentry and
@@ -31,6 +34,7 @@ GPU1 = ("127.0.0.1", topology.SSH_PORT_BASE + 1)
 MOUNT_UNIT = "/etc/systemd/system/mnt-kvcache.mount"
 FUSE_MAGIC = "65735546"  # statfs f_type of a FUSE file system
 NO_CACHE = "dir_cache=no,entry_timeout=0,attr_timeout=0,negative_timeout=0"
+RELAY_CONNS = 4
 
 
 def _gpu1(command: str, timeout: float = 120) -> str:
@@ -89,7 +93,7 @@ def relay(lab: dict, container: str, target: str, remote_dir: str):
         assert r.returncode == 0, f"{container}: FUSE mount at {target}: {r.stderr}"
         ssh_opts = ",".join(o for o in SSH_OPTS if o != "-o")
         sshfs = subprocess.Popen(
-            ["sshfs", "-f", "-o", f"{ssh_opts},IdentityFile={topology.ssh_key_path()},port={GPU1[1]},{NO_CACHE}",
+            ["sshfs", "-f", "-o", f"{ssh_opts},IdentityFile={topology.ssh_key_path()},port={GPU1[1]},{NO_CACHE},max_conns={RELAY_CONNS}",
              f"root@{GPU1[0]}:{remote_dir}", f"/dev/fd/{fd}"],
             pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         os.close(fd)

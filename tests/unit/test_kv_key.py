@@ -275,6 +275,8 @@ def test_the_units_of_a_shared_namespace_run_it_and_mount_its_subdirectory(tmp_p
     for name, text in units.items():
         if engine == "lmcache_mp" and name.startswith("kvprov-vllm-"):  # the client: its server holds the tier
             assert "kvprov-kv-key" not in text and "KVPROV_KV_DIR" not in text and "RuntimeDirectory" not in text
+            # and its sandbox never names the storage: it starts whatever the storage does
+            assert not unit_lines(text, "RequiresMountsFor") and "/kv/" not in unit_lines(text, "ReadWritePaths")[0]
             continue
         [rundir] = unit_lines(text, "RuntimeDirectory")
         assert rundir == f"kvprov-kv/{name.removesuffix('.service')}"
