@@ -159,3 +159,24 @@ def test_strings_of_a_whole_file_encrypted_vars_file_are_hidden_from_4_character
     sealed.write_text("plain now\n")
     vault.from_encrypted_file("wxyz", str(sealed))  # read once: still the encrypted file's
     assert vault.hide("wxyz") == "<vaulted>"
+
+
+def test_an_inventorys_whole_file_encrypted_vars_are_remembered_nested_ones_too(tmp_path, monkeypatch):
+    """kvprov.inventory.load: every string of a vault-encrypted group_vars file (in mappings and
+    lists too, not the mappings' keys) is hidden from kvprov's messages; a plain file's are not."""
+    from kvprov import inventory
+
+    monkeypatch.setattr(vault, "_encrypted", {})
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "inv.yml").write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        h1:\n"
+                                      "          ansible_host: 127.0.0.1\n")
+    sealed = "name_a: top-secret-1\nname_b: {inner-key: [nested-secret-2]}\nname_c: abc\n"
+    (tmp_path / "group_vars/all.yml").write_text(
+        VaultLib([("default", VaultSecret(b"pw-1234"))]).encrypt(sealed).decode())
+    (tmp_path / "host_vars/h1.yml").write_text("name_d: plain-value-3\n")
+    (tmp_path / "pw").write_text("pw-1234\n")
+    vault.configure(parse("--vault-password-file", str(tmp_path / "pw")))
+    inventory.load(str(tmp_path / "inv.yml"))
+    assert vault.hide("top-secret-1 nested-secret-2 inner-key abc plain-value-3 127.0.0.1") == \
+        "<vaulted> <vaulted> inner-key abc plain-value-3 127.0.0.1"
