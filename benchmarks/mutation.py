@@ -94,7 +94,7 @@ TESTS_FOR = {
     "kvprov/inventory.py": ["test_inventory*.py", "test_limit_file.py", "test_check*.py", "test_preflight.py",
                             "test_storage_check_rules.py", "test_secrets.py", "test_engine_configs.py",
                             "test_host_tiers.py", "test_lab_inventory.py", "test_type_conversion.py", "test_sinks.py",
-                            "test_vault.py"],
+                            "test_vault*.py"],
     "plugins/modules/kvprov_mount_state.py": ["test_mount_state*.py", "test_validate_*.py",
                                               "test_audit*.py", "test_testinfra_checks.py",
                                               "test_parsers*.py", "test_checks_*.py"],
