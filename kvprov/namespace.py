@@ -10,7 +10,9 @@ computed is served to every other from the volume. The fingerprint hashes everyt
 shapes the files' bytes or names (KEYING and the keying arguments and environment): hosts that
 differ in any of it never read each other's files, and a change starts a new namespace (#37).
 A tier that keeps its index in memory, or whose backend deletes its whole directory, keeps
-one directory per instance: `<mount>/<host>/<instance>`.
+one directory per instance: `<mount>/<host>/<instance>`; for an engine in KEYING its files go in a
+subdirectory named by the same fingerprint and the host's part of the key
+(roles/engine/files/kvprov-kv-key.py --key), so a change there starts afresh too.
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ KEYING: dict[str, dict[str, str]] = {
     "lmcache_mp": {**_LMCACHE_KEYS, "kvprov_lmcache_mp_l2_type": "str", "kvprov_lmcache_mp_nixl_use_direct_io": "bool"},
     "lmcache_inproc": {**_LMCACHE_KEYS, "kvprov_lmcache_inproc_tier": "str", "kvprov_lmcache_inproc_chunk_size": "str",
                        "kvprov_lmcache_inproc_use_direct_io": "bool", "kvprov_lmcache_inproc_config": "json"},
+    # per instance (PER_INSTANCE), its directory keyed all the same; SGLang's keys are SHA-256 (no seed),
+    # and the NIXL TOML's top-level keys hold use_direct_io
+    "sglang_hicache": {"kvprov_engine_model_path": "str", "kvprov_engine_model_revision": "str",
+                       "kvprov_sglang_version": "str", "kvprov_sglang_tp_size": "str", "kvprov_sglang_page_size": "str",
+                       "kvprov_sglang_hicache_io_backend": "str", "kvprov_sglang_hicache_mem_layout": "str",
+                       "kvprov_nixl_backend_options": "json"},
 }
 # Engine arguments that shape the files' bytes or names (kvprov_engine_extra_args), as vLLM's and
 # SGLang's parsers read them (--flag_name is --flag-name; --hf-overrides.x.y sets part of
@@ -103,7 +111,7 @@ def shares(engine: str, get: Callable[[str], Any]) -> bool:
     """Whether the host's instances use the engine's shared namespace (kvprov_engine_storage_sharing:
     auto shares what can be shared; namespace asks for it, refused by check where it cannot be)."""
     sharing = get("kvprov_engine_storage_sharing") or "auto"
-    if sharing == "instance" or engine not in KEYING:
+    if sharing == "instance" or engine not in KEYING or (engine, None) in PER_INSTANCE:
         return False
     return sharing == "namespace" or per_instance_reason(engine, get) is None
 

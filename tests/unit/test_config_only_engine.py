@@ -84,6 +84,9 @@ def test_the_config_only_lab_host_owes_only_its_engine_python(tmp_path):
     kvprov("render", str(ROOT / "inventory/lab.yml"), "--out", str(tmp_path), "--host", "kvlab-gpu1", check=True)
     units = tmp_path / "kvlab-gpu1/etc/systemd/system"
     r = verify(units, "kvprov-sglang-main.service")
-    assert systemd_verify.complaints(r.stdout + r.stderr, ["/opt/kvprov/sglang/bin/sglang"]) == [], r.stderr
+    # kvprov-kv-key is in the rendered tree, not on this machine (a deployed host has it: the lab test)
+    owed = ["/usr/local/sbin/kvprov-kv-key", "/opt/kvprov/sglang/bin/sglang"]
+    assert (tmp_path / "kvlab-gpu1" / owed[0].lstrip("/")).is_file()
+    assert systemd_verify.complaints(r.stdout + r.stderr, owed) == [], r.stderr
     assert systemd_verify.complaints(r.stdout + r.stderr) == [
-        "kvprov-sglang-main.service: Command /opt/kvprov/sglang/bin/sglang is not executable: No such file or directory"]
+        f"kvprov-sglang-main.service: Command {c} is not executable: No such file or directory" for c in owed]

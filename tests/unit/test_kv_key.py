@@ -112,6 +112,21 @@ def test_a_hub_id_is_keyed_by_its_revision():
     assert kk.digest(one) != kk.digest(kk.host_key("Qwen/Qwen3-4B", "abc123", "", {}))
 
 
+def test_an_instance_directory_is_keyed_by_the_inventorys_fingerprint_too(tmp_path, host):
+    """--key (SGLang's own directory, not named by the inventory's fingerprint): another fingerprint is
+    another subdirectory on the same host and files, the same one the same subdirectory; without it
+    the key is the shared namespace's (subdirectories made before --key existed keep their names)."""
+    ns, envfile = host
+    a = model(tmp_path / "m")
+    one = key_dir(ns, envfile, "--model", a, "--key", "models-m-0123456789ab")
+    assert key_dir(ns, envfile, "--model", a, "--key", "models-m-0123456789ab") == one
+    r = run("--model", a, "--key", "models-m-ba9876543210", ns, envfile)
+    assert kv_dir(envfile) != one and kv_dir(envfile).parent == ns and "inventory models-m-ba9876543210" in r.stderr
+    plain = key_dir(ns, envfile, "--model", a)
+    assert plain.name == kk.PREFIX + kk.digest(kk.host_key(str(a), "", "", {})) and plain != one
+    assert "inventory" not in kk.host_key(str(a), "", "", {})
+
+
 def test_engine_versions_from_the_venv(tmp_path):
     site = tmp_path / "venv/lib/python3.11/site-packages"
     site.mkdir(parents=True)
@@ -422,3 +437,35 @@ def test_a_cache_that_is_not_a_mapping_is_started_over(tmp_path, host):
     cache.write_text("[1, 2]")
     target = key_dir(ns, envfile, "--model", a, "--cache", cache)
     assert isinstance(json.loads(cache.read_text()), dict) and target == key_dir(ns, envfile, "--model", a)
+
+
+def test_sglangs_own_directory_is_keyed_by_its_fingerprint_and_the_hosts_part(tmp_path):
+    """Rendered by the role: SGLang's unit runs the script with --key = the inventory's fingerprint of
+    SGLang's table row (kvprov/namespace.py, as `check` computes it) on the instance's own directory,
+    and its storage directory is the subdirectory the script writes into kv.env (EnvironmentFile=
+    wins over Environment=); a keying change (the memory layout) changes --key, the directory stays."""
+    import shlex
+
+    from kvprov import namespace
+    from tests.conftest import render_one_host
+
+    fingerprints = set()
+    for layout in ("page_first", "page_first_direct"):
+        (tmp_path / layout).mkdir()
+        out = render_one_host(tmp_path / layout, kvprov_engine="sglang_hicache", kvprov_sglang_hicache_mem_layout=layout)
+        text = (out / "etc/systemd/system/kvprov-sglang-main.service").read_text()
+        argv = shlex.split(unit_lines(text, "ExecStartPre")[0])
+        directory, envfile = argv[-2:]
+        assert argv[0] == "/usr/local/sbin/kvprov-kv-key" and directory.endswith("/s1/main"), argv
+        assert "--also=SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=" in argv and "--when-down" not in argv
+        key = argv[argv.index("--key") + 1]
+        values = {"kvprov_engine_model_path": "Qwen/Qwen3-8B", "kvprov_engine_model_revision": "0123abc",
+                  "kvprov_sglang_version": "0.5.23", "kvprov_sglang_tp_size": 1, "kvprov_sglang_page_size": 256,
+                  "kvprov_sglang_hicache_io_backend": "kernel", "kvprov_sglang_hicache_mem_layout": layout,
+                  "kvprov_nixl_backend_options": {}}
+        assert key == namespace.namespace("sglang_hicache", values.get), key
+        fingerprints.add(key)
+        assert unit_lines(text, "EnvironmentFile") == [f"-{envfile}"]
+        assert unit_lines(text, "Environment").count('"SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=${KVPROV_KV_DIR}"') == 1
+        assert directory in unit_lines(text, "ReadWritePaths")[0] and unit_lines(text, "RequiresMountsFor") == [directory]
+    assert len(fingerprints) == 2

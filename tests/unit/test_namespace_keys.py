@@ -22,7 +22,10 @@ CHANGED = {"kvprov_engine_model_path": "/models/other", "kvprov_engine_model_rev
            "kvprov_lmcache_version": "0.5.7", "kvprov_lmcache_mp_l2_type": "fs_native",
            "kvprov_lmcache_mp_nixl_use_direct_io": True, "kvprov_lmcache_inproc_tier": "local_disk",
            "kvprov_lmcache_inproc_chunk_size": 512, "kvprov_lmcache_inproc_use_direct_io": True,
-           "kvprov_lmcache_inproc_config": {"save_chunk_meta": False}}
+           "kvprov_lmcache_inproc_config": {"save_chunk_meta": False},
+           "kvprov_sglang_version": "0.5.24", "kvprov_sglang_tp_size": 2, "kvprov_sglang_page_size": 64,
+           "kvprov_sglang_hicache_io_backend": "direct", "kvprov_sglang_hicache_mem_layout": "page_first_direct",
+           "kvprov_nixl_backend_options": {"use_direct_io": False}}
 # Keying changes a user makes through the engine's own arguments and environment.
 ARGS = [["--kv-cache-dtype", "fp8"], ["--kv_cache_dtype=fp8_e5m2"], ["--quantization", "fp8"],
         ["--hf-overrides.rope_scaling.factor", "4"], ["--revision", "abc"], ["--attention-backend", "FLASHINFER"],
@@ -143,3 +146,38 @@ def test_the_name_alone_moves_with_each_keying_value_and_not_with_a_spelling():
                 assert {namespace.namespace(engine, {**base, n: s}.get) for s in (True, "yes", "true", 1)} == {
                     namespace.namespace(engine, {**base, n: True}.get)} != {home}
         assert namespace.namespace(engine, {**base, "kvprov_engine_namespace": "team"}.get).startswith("team-")
+
+
+def test_each_keying_value_moves_sglangs_own_directory_to_another_subdirectory(tmp_path):
+    """SGLang keeps a directory per instance (its clear() empties it), keyed all the same: its unit
+    runs kvprov-kv-key with --key <the inventory's fingerprint>. One render of a fleet whose hosts
+    differ from the first in one keying value (a variable, an argument, the environment) each, or in
+    a value that does not shape the files: each keying change is another --key, nothing else is."""
+    import shlex
+
+    import yaml
+
+    from tests.conftest import kvprov
+
+    changes = {f"k{i}": {n: CHANGED[n]} for i, n in enumerate(namespace.KEYING["sglang_hicache"])}
+    changes.update({"a0": {"kvprov_engine_extra_args": ["--kv-cache-dtype", "fp8_e5m2"]},
+                    "a1": {"kvprov_engine_extra_args": ["--json-model-override-args", '{"rope_theta": 1}']},
+                    "e0": {"kvprov_engine_environment": {"SGLANG_HICACHE_NIXL_USE_DIRECT_IO": "0"}}})
+    same = {"s0": {"kvprov_engine_served_model_name": "qwen"}, "s1": {"kvprov_sglang_hicache_size": 40},
+            "s2": {"kvprov_engine_extra_args": ["--max-running-requests", "64"]}}
+    hosts = {"base": {}, **changes, **same}
+    (tmp_path / "inv.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
+        "hosts": {h: v or None for h, v in hosts.items()},
+        "vars": {"kvprov_engine": "sglang_hicache", "kvprov_storage_profile": "local", "kvprov_storage_pnfs_layout": "none",
+                 "kvprov_engine_model_path": "/models/m"}}}}}))
+    kvprov("render", str(tmp_path / "inv.yml"), "--out", str(tmp_path / "out"), check=True)
+    keys = {}
+    for h in hosts:
+        unit = (tmp_path / "out" / h / "etc/systemd/system/kvprov-sglang-main.service").read_text()
+        [pre] = [line for line in unit.splitlines() if line.startswith("ExecStartPre=/usr/local/sbin/kvprov-kv-key ")]
+        argv = shlex.split(pre)
+        assert argv[-2] == f"/mnt/kvcache/{h}/main", argv  # the instance's own directory, whatever the key
+        keys[h] = argv[argv.index("--key") + 1]
+    assert all(keys[h] == keys["base"] for h in same), keys
+    moved = [keys[h] for h in changes]
+    assert keys["base"] not in moved and len(set(moved)) == len(moved), keys

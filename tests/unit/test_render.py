@@ -23,16 +23,18 @@ def test_lab_render_lists_every_managed_file(tmp_path):
         "etc/idmapd.conf", "etc/modules-load.d/kvprov-nfs.conf", "etc/modules-load.d/kvprov-rdma.conf",
         "etc/systemd/system/mnt-kvcache.mount", "etc/systemd/system/kvprov-soft-roce.service",
         "etc/systemd/system/kvprov-sglang-main.service", "etc/kvprov/nixl_backend_config.toml",
-        "etc/cufile.json"])
-    assert len(files) == 8
+        "etc/cufile.json", "usr/local/sbin/kvprov-kv-key",  # SGLang's directory is keyed
+        "etc/systemd/system/kvprov-evict-main.service", "etc/systemd/system/kvprov-evict-main.timer",
+        "usr/local/sbin/kvprov-evict"])
+    assert len(files) == 12
     mount = (host / "etc/systemd/system/mnt-kvcache.mount").read_text()
     assert "What=10.99.1.1:/kv" in mount
     assert "Options=vers=4.1,proto=rdma,port=20049,rsize=262144,wsize=262144,soft,timeo=20,retrans=1,softreval,max_connect=16,lookupcache=positive,write=eager,nosuid,nodev,noexec,_netdev" in mount
     assert "blocklayoutdriver" in (host / "etc/modules-load.d/kvprov-nfs.conf").read_text()
     assert tomllib.loads((host / "etc/kvprov/nixl_backend_config.toml").read_text()) == {
         "plugin": {"posix": {"active": True, "use_aio": False}},
-        # SGLang's L3 cleaner, on at kvprov's marks (no kvprov evictor for sglang_hicache)
-        "l3_cleaner_enabled": True, "l3_cleaner_high_watermark": 85, "l3_cleaner_low_watermark": 70,
+        # SGLang's L3 cleaner off: kvprov's evictor bounds the instance directory
+        "l3_cleaner_enabled": False,
         # the timeout prefetch policy's deadline: a hung storage delays a request, never holds it
         "prefetch_timeout_base": 1.0, "prefetch_timeout_per_ki_token": 0.1}
 
@@ -53,8 +55,10 @@ def test_production_render_uses_gds_mt_files_layout_and_per_host_dirs(tmp_path):
         units = list((d / "etc/systemd/system").glob("kvprov-sglang-*.service"))
         assert bool(units) == (not h.startswith("gpu-c"))  # rack C runs the vLLM-based engines
         for unit in units:
-            env = [l for l in unit.read_text().splitlines() if "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=" in l]
-            assert env and env[0].split("=", 2)[2].startswith(f"/mnt/kvcache/{h}/")
+            # the instance's own directory, keyed: kvprov-kv-key makes its subdirectory and sets the variable
+            pre = [l for l in unit.read_text().splitlines() if l.startswith("ExecStartPre=/usr/local/sbin/kvprov-kv-key ")]
+            assert pre and pre[0].split()[-2].startswith(f"/mnt/kvcache/{h}/"), pre
+            assert "--also=SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=" in pre[0]
     assert inv  # the fixture is a real YAML inventory
 
 

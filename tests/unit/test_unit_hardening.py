@@ -81,7 +81,10 @@ def test_the_api_key_reaches_no_rendered_file(tmp_path):
     sglang = (tmp_path / "out/s1/etc/systemd/system/kvprov-sglang-main.service").read_text()
     # SGLang's key: a systemd credential read with --config (in no command line nor environment)
     assert "LoadCredential=sglang-api-key.yaml:/etc/kvprov/secrets/sglang-api-key.yaml" in sglang
-    assert "--config %d/sglang-api-key.yaml" in sglang and "--api-key" not in sglang and "EnvironmentFile" not in sglang
+    assert "--config %d/sglang-api-key.yaml" in sglang and "--api-key" not in sglang
+    # its only environment file: kvprov-kv-key's keyed directory, no secret
+    assert [l for l in sglang.splitlines() if l.startswith("EnvironmentFile=")] == [
+        "EnvironmentFile=-/run/kvprov-kv/kvprov-sglang-main/kv.env"]
     vllm = (tmp_path / "out/m1/etc/systemd/system/kvprov-vllm-main.service").read_text()
     server = (tmp_path / "out/m1/etc/systemd/system/kvprov-lmcache-main.service").read_text()
     assert "EnvironmentFile=/etc/kvprov/secrets/engine.env" in vllm and "/etc/kvprov/secrets/engine.env" not in server

@@ -3,7 +3,7 @@
 """kvprov-kv-key: the part of a shared KV namespace's key only the host knows, at each start.
 
 Usage: kvprov-kv-key --model MODEL [--revision REV] [--venv VENV] [--cache FILE]
-                     [--timeout S] [--when-down off|keyed] [--also NAME=PREFIX ...]
+                     [--timeout S] [--when-down off|keyed] [--key NAME] [--also NAME=PREFIX ...]
                      NAMESPACE ENVFILE
 
 The namespace's name (NAMESPACE, <mount>/kv/<engine>/<name>-<fingerprint>) hashes what the
@@ -27,7 +27,9 @@ engine reads and writes only that subdirectory (an engine that reads its directo
 gets it as an environment variable that overrides the file: --also LMCACHE_REMOTE_URL=fs://localhost:0
 writes LMCACHE_REMOTE_URL=fs://localhost:0<that directory>): hosts whose model files, GPU architecture or
 engine version differ never read each other's files, and a change moves the host to a new
-subdirectory. The evictor works on NAMESPACE as a whole and ages the old subdirectories' files
+subdirectory. A directory of one instance, not named by the inventory's fingerprint (SGLang's,
+whose backend deletes its whole directory), passes that name with --key: it is hashed with the
+rest, so a change the inventory makes moves the instance to a new subdirectory too. The evictor works on NAMESPACE as a whole and ages the old subdirectories' files
 out. The engine follows nothing root resolved: a link a writer of the volume plants in the
 subdirectory's place is refused here, and followed, if at all, by the engine user alone.
 
@@ -125,12 +127,13 @@ def engine_versions(venv: str) -> list[str]:
     return sorted(found)
 
 
-def host_key(model: str, revision: str, venv: str, cache: dict) -> dict:
+def host_key(model: str, revision: str, venv: str, cache: dict, inventory: str = "") -> dict:
     files = model_files(model)
     return {"format": FORMAT,
             "model": ({name: file_digest(path, cache) for name, path in files} if files is not None
                       else {"hub": model, "revision": revision}),
-            "gpu": gpu_arch(), "engine": engine_versions(venv)}
+            "gpu": gpu_arch(), "engine": engine_versions(venv),
+            **({"inventory": inventory} if inventory else {})}
 
 
 def digest(key: dict) -> str:
@@ -140,7 +143,8 @@ def digest(key: dict) -> str:
 def describe(key: dict) -> str:
     model = key["model"]
     what = f"hub {model['hub']} @ {model['revision'] or '?'}" if "hub" in model else f"{len(model)} files"
-    return f"model: {what}; gpu {','.join(key['gpu'])}; engine {' '.join(key['engine']) or '-'}"
+    return (f"model: {what}; gpu {','.join(key['gpu'])}; engine {' '.join(key['engine']) or '-'}"
+            + (f"; inventory {key['inventory']}" if "inventory" in key else ""))
 
 
 class NoAnswer(str):
@@ -204,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="what KVPROV_KV_DIR names when the storage does not answer in time: an empty "
                          "directory (off, the default) or the keyed subdirectory, for an engine that makes "
                          "it once the storage answers (keyed)")
+    ap.add_argument("--key", default="", metavar="NAME",
+                    help="the inventory's part of the key, for a directory not named by it (hashed with the rest)")
     ap.add_argument("--also", action="append", default=[], metavar="NAME=PREFIX",
                     help="also write NAME=PREFIX<directory> (repeatable)")
     ap.add_argument("namespace")
@@ -216,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     off = os.path.join(os.path.dirname(a.envfile), "off")
     try:
         cache = load_cache(a.cache) if a.cache else {}
-        key = host_key(a.model, a.revision, a.venv, cache)
+        key = host_key(a.model, a.revision, a.venv, cache, a.key)
         if a.cache:
             save_cache(a.cache, {k: v for k, v in cache.items() if os.path.exists(k)})
         target = os.path.join(a.namespace, PREFIX + digest(key))
