@@ -129,6 +129,14 @@ def test_the_pinned_revision_reaches_the_engine(tmp_path, engine, unit):
     assert argv[argv.index("--revision") + 1] == "0123abc"
 
 
+def test_sglang_is_keyed_though_it_never_shares():
+    """SGLang's row keys its own directory (kvprov-kv-key --key); it is never a shared namespace."""
+    assert "kvprov_sglang_page_size" in namespace.keys("sglang_hicache", {}.get)
+    options = {"kvprov_nixl_backend_options": {"use_direct_io": True}}.get
+    assert namespace.keys("sglang_hicache", options)["kvprov_nixl_backend_options"] == '{"use_direct_io":true}'  # json
+    assert not namespace.shares("sglang_hicache", {"kvprov_engine_storage_sharing": "namespace"}.get)
+
+
 def test_the_name_alone_moves_with_each_keying_value_and_not_with_a_spelling():
     """The same table on kvprov/namespace.py alone (no inventory, no role defaults: fast enough to
     run against each of its mutants): every variable, argument and variable of the environment
