@@ -379,12 +379,18 @@ METRIC_PREFIXES = ("vllm:prefix_cache_", "vllm:external_prefix_cache_", "vllm:pr
 
 
 def pinned_tls(cert: str):
-    """A TLS context that trusts exactly the certificate deployed for the engine (its file on this
-    host): the engine on this host's own address must present it; no CA or name is involved."""
+    """A TLS context that trusts exactly the certificate deployed for the engine (the first of its
+    file on this host, the leaf: a chain's intermediates after it are not trusted, or any other
+    certificate they issued would pass): the engine on this host's own address must present it; no
+    CA or name is involved."""
     import ssl
+    with open(cert) as f:
+        leaf = re.search(r"-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----", f.read())
+    if leaf is None:
+        raise ValueError("no PEM certificate in it")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False  # pinned: the certificate itself is the identity
-    ctx.load_verify_locations(cafile=cert)
+    ctx.load_verify_locations(cadata=leaf.group(0))
     ctx.verify_flags |= getattr(ssl, "VERIFY_X509_PARTIAL_CHAIN", 0x80000)  # a leaf trusted alone
     return ctx
 

@@ -164,6 +164,27 @@ def test_the_collector_trusts_exactly_the_deployed_certificate(tmp_path, pki):
         other.shutdown()
 
 
+def test_the_collector_pins_the_leaf_of_a_deployed_chain_not_its_issuer(tmp_path, pki):
+    """#38: a deployed certificate file may hold the chain (leaf, then its CA): the collector trusts the
+    leaf alone, so another certificate of the same CA presented on the engine's port is refused."""
+    spec = importlib.util.spec_from_file_location("kvprov_collect", ROOT / "plugins/modules/kvprov_collect.py")
+    collect = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(collect)
+    deployed = tmp_path / "engine-tls.crt"
+    deployed.write_text(pem(cert=pki["server"][0]) + pem(cert=pki["ca"][0]))
+    for name, ok in (("server", True), ("other", False)):
+        srv = _serve(tmp_path, *pki[name])
+        try:
+            status, _, error = collect.http_get(f"https://127.0.0.1:{srv.server_port}/health",
+                                                tls=collect.pinned_tls(str(deployed)))
+        finally:
+            srv.shutdown()
+        assert (status == 200) == ok and (ok or "CERTIFICATE_VERIFY_FAILED" in error), (name, status, error)
+    (tmp_path / "empty.crt").write_text("not a certificate\n")
+    with pytest.raises(ValueError, match="no PEM certificate"):
+        collect.pinned_tls(str(tmp_path / "empty.crt"))
+
+
 # ---------------------------------------------------------------------------- loadtest's client
 
 class _Api(BaseHTTPRequestHandler):
