@@ -68,7 +68,9 @@ def managed_args(engine: str) -> dict[str, str]:
 
 MANAGED_ENV = {
     "PYTHONPATH": "kvprov's unit sets it for the code it loads (the vLLM key guard, SGLang's key redaction, "
-                  "LMCache's fail-open adapter)",
+                  "LMCache's socket and fail-open adapter)",
+    "KVPROV_LMCACHE_URL": "kvprov sets it: the LMCache server's request channel, a Unix socket only the engine user "
+                          "reaches",
     "CUDA_VISIBLE_DEVICES": "kvprov_engine_instances sets it (cuda_visible_devices)",
     "CREDENTIALS_DIRECTORY": "systemd sets it for the credentials kvprov hands the unit",
     "LMCACHE_CONFIG_FILE": "kvprov's LMCache configuration sets it",

@@ -49,13 +49,6 @@ def _exposure(h: HostView) -> list[Problem]:
         out.append(h.problem("kvprov_engine_host", f"the engine listens on {host} without an API key: anyone who "
                                                     "reaches it can use the model and fill the KV cache; set "
                                                     "kvprov_engine_api_key_file"))
-    if h.get("kvprov_engine") == "sglang_hicache" and h.get("kvprov_engine_api_key_file") and \
-            not h.get("kvprov_engine_admin_api_key_file"):
-        out.append(h.problem("kvprov_engine_api_key_file", "SGLang's admin routes (/hicache/storage-backend/clear, which "
-                                                           "deletes the KV tier's files, /update_weights_from_disk, "
-                                                           "/flush_cache...) take the API key: every client can use "
-                                                           "them; give them their own key in "
-                                                           "kvprov_engine_admin_api_key_file", severity="warning"))
     if not h.get("kvprov_engine_clients"):
         out.append(h.problem("kvprov_engine_host", f"the engine listens on {host} for any address: name its clients' "
                                                     "networks in kvprov_engine_clients (e.g. [10.0.0.0/8]); vLLM's API "
@@ -166,9 +159,9 @@ def _lmcache_mp(h: HostView) -> list[Problem]:
                              "lmcache_driven makes a CPU vLLM worker hang at start for ever (no handler for "
                              "register_kv_cache_engine_driven_context): use auto"))
     if h.get("kvprov_lmcache_mp_host") not in (None, "127.0.0.1", "::1"):
-        out.append(h.problem("kvprov_lmcache_mp_host", "the LMCache MP server has no authentication: listening "
-                             "beyond loopback lets any host on that network read and write the KV cache",
-                             severity="warning"))
+        out.append(h.problem("kvprov_lmcache_mp_host", "has no effect: LMCache 0.5.6 only logs --host, and kvprov "
+                             "binds the server's request channel to a Unix socket only the engine user reaches "
+                             "(README, Security)", severity="warning"))
     l2 = h.get("kvprov_lmcache_mp_l2_type")
     shared = namespace.shares("lmcache_mp", h.get)
     if l2 == "fs_native" and h.get("kvprov_storage_profile") in NFS_PROFILES:

@@ -173,6 +173,15 @@ def test_deploy_installs_and_starts_a_real_engine_and_a_second_deploy_from_a_vau
         "/opt/kvprov/vllm/bin/pip freeze")
     assert sh(f"systemctl is-active {SERVER} {VLLM}").split() == ["active", "active"]
     assert sh(f"systemctl show -p User --value {VLLM}").strip() == "kvprov-engine"
+    # #38: LMCache's request channel (it unpickles what clients send) is a Unix socket in the server's 0700
+    # runtime directory, which vLLM reaches (it is healthy, and serves from L2 below); no TCP port, and
+    # another local account cannot connect
+    socket_path = "/run/kvprov-lmcache/main/server:18000"
+    assert sh(f"stat -c '%U %a' /run/kvprov-lmcache/main; stat -c %F '{socket_path}'").split() == [
+        "kvprov-engine", "700", "socket"]
+    assert sh("python3 -c 'import socket; print(socket.socket().connect_ex((\"127.0.0.1\", 18000)))'").strip() != "0"
+    connect = f"python3 -c 'import socket, sys; print(socket.socket(socket.AF_UNIX).connect_ex(sys.argv[1]))' '{socket_path}'"
+    assert sh(f"runuser -u kvprov-engine -- {connect}; runuser -u nobody -- {connect}").split() == ["0", "13"]  # EACCES
     out = tmp_path / "again.json"
     # the whole playbook again, from the vault-encrypted copy: the same desired state, nothing to change
     r = kvprov("deploy", *vaulted_copy(inv, tmp_path), "--full", "--json", str(out), timeout=1200)

@@ -265,9 +265,8 @@ def test_lmcache_inproc_settings_that_kvprov_owns_or_that_contradict():
         "remove it here" for key in owned]
 
 
-def test_lmcache_mp_listens_on_loopback_unless_told():
-    warning = ("warning kvprov_lmcache_mp_host: the LMCache MP server has no authentication: listening beyond "
-               "loopback lets any host on that network read and write the KV cache")
+def test_lmcache_mp_host_beyond_loopback_is_said_to_have_no_effect():
+    warning = ("warning kvprov_lmcache_mp_host: " + "has no effect: LMCache 0.5.6 only logs --host, and kvprov binds the server's request channel to a Unix socket only the engine user reaches (README, Security)")
     assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_host="::1") == []
     assert problems(kvprov_engine="lmcache_mp", kvprov_lmcache_mp_host="10.0.0.2") == [warning]
 

@@ -18,7 +18,9 @@ import re
 import secrets
 import signal
 import socket
+import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -583,3 +585,85 @@ def test_a_full_volume_fails_stores_and_publishes_no_partial_file(rendered, tmp_
 
 
 CHUNKS = {bytes([i + 1]) * (64 * 1024) for i in range(8)}  # tests/lmcache_failopen_drive.py's Buffer(i + 1)
+
+
+# ---------------------------------------------------------------- its request channel: a Unix socket (#38)
+
+PING = """
+import sys, zmq
+from lmcache.v1.multiprocess.transport.factory import RequestClientFactory
+client = RequestClientFactory.create(sys.argv[1], context=zmq.Context.instance())
+print("pong" if client.ping(None).result(timeout=30) else "no")
+client.close()
+"""
+
+
+def test_a_real_server_binds_its_request_channel_to_the_unix_socket_vllm_is_given_and_no_tcp_port(rendered, tmp_path):
+    """The rendered server unit on a real LMCache MP server (CPU): its environment (kvprov's
+    sitecustomize.py on PYTHONPATH, KVPROV_LMCACHE_URL) makes LMCache bind its ZMQ request channel
+    (which unpickles what clients send) to the ipc:// URL vLLM's connector joins from lmcache.mp.host
+    and lmcache.mp.port; the --port a local account could reach over TCP is not listened on. The URL
+    points into a directory of the test's (the unit's RuntimeDirectory on a host)."""
+    python = engine_python()
+    unit = parsers.parse_unit((rendered / "mp-fs" / UNITS / "kvprov-lmcache-main.service").read_text())
+    env = parsers.unit_environment(unit)
+    client = (rendered / "mp-fs" / UNITS / "kvprov-vllm-main.service").read_text()
+    vllm = argv_of(rendered / "mp-fs" / UNITS / "kvprov-vllm-main.service")
+    extra = json.loads(vllm[vllm.index("--kv-transfer-config") + 1])["kv_connector_extra_config"]
+    rundir = f"/run/{parsers.unit_value(unit, 'Service', 'RuntimeDirectory')}"
+    assert env["KVPROV_LMCACHE_URL"] == f"{extra['lmcache.mp.host']}:{extra['lmcache.mp.port']}" and \
+        env["KVPROV_LMCACHE_URL"].startswith(f"ipc://{rundir}/"), (env, extra)
+    assert parsers.unit_value(unit, "Service", "RuntimeDirectoryMode") == "0700" and "tcp://" not in client
+
+    argv = [python] + argv_of(rendered / "mp-fs" / UNITS / "kvprov-lmcache-main.service")[1:]
+    i = argv.index("--l2-adapter") + 1
+    l2 = json.loads(argv[i])
+    l2["adapter_params"]["inner"]["base_path"] = str(tmp_path / "kv")
+    argv[i] = json.dumps(l2)
+    argv[argv.index("--l1-size-gb") + 1] = "0.25"
+    port = free_port()
+    argv[argv.index("--port") + 1] = str(port)
+    argv[argv.index("--prometheus-port") + 1] = str(free_port())
+    (tmp_path / "run").mkdir(mode=0o700)
+    url = env["KVPROV_LMCACHE_URL"].replace(f"ipc://{rundir}/", f"ipc://{tmp_path}/run/").rsplit(":", 1)[0] + f":{port}"
+    log = tmp_path / "server.log"
+    env = {"PATH": "/usr/bin:/bin", "DO_NOT_TRACK": "1", "LMCACHE_TRACK_USAGE": "false", "HOME": str(tmp_path),
+           "PYTHONPATH": str(rendered / "mp-fs" / env["PYTHONPATH"].lstrip("/")), "KVPROV_LMCACHE_URL": url}
+    proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        wait_logged(proc, log, "cache server is running")
+        assert stat.S_ISSOCK(os.stat(url.removeprefix("ipc://")).st_mode)
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0  # nothing on the TCP port
+        r = subprocess.run([python, "-c", PING, url], capture_output=True, text=True, timeout=120,
+                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+        assert r.stdout.split()[-1:] == ["pong"], r.stdout[-2000:] + r.stderr[-3000:]
+    finally:
+        stop_server(proc)
+
+
+def test_the_server_refuses_to_start_rather_than_open_its_tcp_port_when_lmcache_is_not_as_expected(rendered, tmp_path):
+    """kvprov's sitecustomize.py, imported as the server imports it, on a stand-in of LMCache's module
+    (not LMCache: what a changed LMCache would look like): no MessageQueueServer, or one called without a
+    tcp:// bind_url, stops the process with kvprov's message; a good call binds the ipc:// URL."""
+    site = rendered / "mp-fs" / "usr/local/lib/kvprov-lmcache"
+    fake = tmp_path / "fake"
+    pkg = fake / "lmcache/v1/multiprocess/transport/zmq_impl"
+    pkg.mkdir(parents=True)
+    for d in [fake / "lmcache", *[p for p in pkg.parents if fake / "lmcache" in p.parents], pkg]:
+        (d / "__init__.py").write_text("")
+    cases = [("def MessageQueueServer(bind_url):\n    return bind_url\n", "bind_url='tcp://127.0.0.1:5555'",
+              0, "ipc:///run/x/server:5555"),
+             ("class Other:\n    pass\n", "bind_url='tcp://127.0.0.1:5555'", 1, "has no MessageQueueServer"),
+             ("def MessageQueueServer(url):\n    return url\n", "'tcp://127.0.0.1:5555'", 1, "without a tcp:// bind_url")]
+    for source, call, rc, said in cases:
+        (pkg / "server.py").write_text(source)
+        run = f"import lmcache.v1.multiprocess.transport.zmq_impl.server as s\nprint(s.MessageQueueServer({call}))\n"
+        r = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True, timeout=60,
+                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{site}:{fake}",
+                                "KVPROV_LMCACHE_URL": "ipc:///run/x/server:5555"})
+        assert r.returncode == rc and said in (r.stdout + r.stderr), (source, r.stdout, r.stderr)
+        assert "refusing to open a TCP port" in r.stderr or rc == 0
+    r = subprocess.run([sys.executable, "-c", "import sitecustomize"], capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "KVPROV_LMCACHE_URL": "tcp://0.0.0.0:1"})
+    assert r.returncode == 1 and "not an absolute ipc:// URL" in r.stderr, r.stderr

@@ -25,8 +25,9 @@ def test_lab_render_lists_every_managed_file(tmp_path):
         "etc/systemd/system/kvprov-sglang-main.service", "etc/kvprov/nixl_backend_config.toml",
         "etc/cufile.json", "usr/local/sbin/kvprov-kv-key",  # SGLang's directory is keyed
         "etc/systemd/system/kvprov-evict-main.service", "etc/systemd/system/kvprov-evict-main.timer",
-        "usr/local/sbin/kvprov-evict"])
-    assert len(files) == 12
+        "usr/local/sbin/kvprov-evict",
+        "usr/local/lib/kvprov-sglang/sitecustomize.py"])  # SGLang always has a key: its admin routes' own
+    assert len(files) == 13
     mount = (host / "etc/systemd/system/mnt-kvcache.mount").read_text()
     assert "What=10.99.1.1:/kv" in mount
     assert "Options=vers=4.1,proto=rdma,port=20049,rsize=262144,wsize=262144,soft,timeo=20,retrans=1,softreval,max_connect=16,lookupcache=positive,write=eager,nosuid,nodev,noexec,_netdev" in mount

@@ -1,7 +1,7 @@
-"""SGLang's admin routes get their own key (#38): kvprov_engine_admin_api_key_file. SGLang 0.5.23
-guards /hicache/storage-backend/clear (which deletes every file of the instance's directory),
-/flush_cache, /update_weights_from_disk and the rest of its ADMIN_OPTIONAL routes with
---admin-api-key when set, else with the inference key, else with nothing.
+"""SGLang's admin routes get their own key (#38): kvprov_engine_admin_api_key_file, else one of the
+host's own. SGLang 0.5.23 guards /hicache/storage-backend/clear (which deletes every file of the
+instance's directory), /flush_cache, /update_weights_from_disk and the rest of its ADMIN_OPTIONAL
+routes with --admin-api-key when set, else with the inference key, else with nothing.
 
 Run with what runs on a host: the engine role's own task writes the credential YAML (as root, to
 a temporary directory), SGLang's own --config merger reads it, and SGLang's own route table
@@ -64,6 +64,7 @@ def written_yaml(tmp_path, **files) -> str:
     from tests.unit.test_preflight import LAB_VALUES  # the role's preflight runs first: the lab's SGLang host
 
     extra = {**LAB_VALUES, "kvprov_engine": "sglang_hicache", "_kvprov_engine_sglang_key_file": str(out),
+             "_kvprov_engine_sglang_admin_file": str(tmp_path / "sglang-admin.key"),
              "_kvprov_engine_secrets_env": str(tmp_path / "secrets/engine.env"),
              **{f"kvprov_engine_{n.replace('.', '_')}_file": str(tmp_path / n) for n in files}}
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
@@ -77,24 +78,31 @@ def written_yaml(tmp_path, **files) -> str:
     return out.read_text()
 
 
-@pytest.mark.parametrize("admin", [True, False], ids=["admin key", "control: inference key only"])
-def test_the_admin_routes_take_the_admin_key_alone(tmp_path, admin):
+@pytest.mark.parametrize("files", ["api and admin", "api only", "none"])
+def test_the_admin_routes_take_the_admin_key_alone_and_are_closed_without_one(tmp_path, files):
+    """With kvprov_engine_admin_api_key_file its key; without it a key of the host's own (made once by
+    the role, kept by the next deploy): either way the admin routes take that key alone, never the
+    inference key nor nothing, while inference takes the API key (or nothing, without one)."""
     python = _sglang_python()
     if python is None:
         pytest.skip("no SGLang venv (scripts/install-deps builds /var/lib/kvprov/sglang-parse-venv)")
-    text = written_yaml(tmp_path, **{"api.key": KEY, **({"admin_api.key": ADMIN} if admin else {})})
-    assert yaml.safe_load(text) == {"api-key": KEY, **({"admin-api-key": ADMIN} if admin else {})}
-    r = subprocess.run([python, "-c", DECIDE, str(tmp_path / "sglang-api-key.yaml"), KEY, ADMIN],
+    given = {"api and admin": {"api.key": KEY, "admin_api.key": ADMIN}, "api only": {"api.key": KEY}, "none": {}}[files]
+    text = written_yaml(tmp_path, **given)
+    admin = ADMIN if "admin_api.key" in given else (tmp_path / "sglang-admin.key").read_text().strip()
+    assert yaml.safe_load(text) == {**({"api-key": KEY} if "api.key" in given else {}), "admin-api-key": admin}
+    if "admin_api.key" not in given:  # the host's own: random, root-only, kept by the next deploy
+        assert len(admin) == 48 and admin.isalnum() and oct((tmp_path / "sglang-admin.key").stat().st_mode & 0o777) == "0o600"
+        assert written_yaml(tmp_path, **given) == text and (tmp_path / "sglang-admin.key").read_text().strip() == admin
+    r = subprocess.run([python, "-c", DECIDE, str(tmp_path / "sglang-api-key.yaml"), KEY, admin],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout)
-    assert (got["api_key"], got["admin_api_key"]) == (KEY, ADMIN if admin else None)
+    assert (got["api_key"], got["admin_api_key"]) == (KEY if "api.key" in given else None, admin)
     d = got["decisions"]
     for route in ("/hicache/storage-backend/clear", "/flush_cache", "/update_weights_from_disk"):
-        # with the admin key set, the inference key no longer clears the tier or swaps the weights
-        assert (d[f"{route} inference"], d[f"{route} admin"], d[f"{route} none"]) == \
-            ((False, True, False) if admin else (True, False, False)), route
-    assert (d["/v1/completions inference"], d["/v1/completions admin"]) == (True, False)  # inference: its own key
+        assert (d[f"{route} inference"], d[f"{route} admin"], d[f"{route} none"]) == (False, True, False), route
+    # inference: its own key, or open without one (an engine on loopback, kvprov check's rule beyond)
+    assert (d["/v1/completions inference"], d["/v1/completions none"]) == (True, "api.key" not in given)
 
 
 def test_the_unit_hands_the_credential_over_with_an_admin_key_alone(tmp_path):
@@ -110,16 +118,13 @@ def test_the_unit_hands_the_credential_over_with_an_admin_key_alone(tmp_path):
     assert ADMIN not in "".join(p.read_text() for p in host.rglob("*") if p.is_file())
 
 
-def test_check_asks_for_an_admin_key_where_clients_reach_sglang(tmp_path):
+def test_check_says_only_sglang_reads_an_admin_key_and_checks_it_as_a_secret_file(tmp_path):
     from tests.unit.test_check_host_values import private_file, problems
 
     key, admin = private_file(tmp_path, "api.key", KEY), private_file(tmp_path, "admin.key", ADMIN)
     exposed = {"kvprov_engine": "sglang_hicache", "kvprov_engine_host": "0.0.0.0",
                "kvprov_engine_clients": ["10.0.0.0/8"], "kvprov_engine_api_key_file": key}
-    warned = [p for p in problems(**exposed) if p.startswith("warning kvprov_engine_api_key_file:")]
-    assert len(warned) == 1 and "kvprov_engine_admin_api_key_file" in warned[0] and "clear" in warned[0]
-    assert not [p for p in problems(**exposed, kvprov_engine_admin_api_key_file=admin) if "admin" in p]
-    assert not [p for p in problems(**{**exposed, "kvprov_engine_host": "127.0.0.1"}) if "admin routes" in p]
+    assert not [p for p in problems(**exposed) if "admin" in p]  # its admin routes get a key of the host's own
     other = problems(kvprov_engine="vllm_offload", kvprov_vllm_offload_cpu_bytes_to_use=1 << 30,
                      kvprov_engine_admin_api_key_file=admin)
     assert any(p.startswith("warning kvprov_engine_admin_api_key_file: only engine sglang_hicache reads it")

@@ -57,7 +57,8 @@ def kv_config(engine: str, name: str, i: int) -> dict | None:
                                          "n_write_threads": 16}]}}
     if engine == "lmcache_mp":
         return {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
-                "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": 18000 + i}}
+                "kv_connector_extra_config": {"lmcache.mp.host": f"ipc:///run/kvprov-lmcache/{name}/server",
+                                              "lmcache.mp.port": 18000 + i}}
     return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 
 
@@ -152,7 +153,8 @@ class EngineBundle:
             inst_units = [vllm_unit(name)]
             if engine == "lmcache_mp":
                 inst_units.insert(0, server_unit(name))
-                senv = {"CUDA_VISIBLE_DEVICES": str(i), "LMCACHE_TRACK_USAGE": "false"}
+                senv = {"CUDA_VISIBLE_DEVICES": str(i), "LMCACHE_TRACK_USAGE": "false",
+                        "KVPROV_LMCACHE_URL": f"ipc:///run/kvprov-lmcache/{name}/server:{lport}"}
                 self.write_unit(server_unit(name), f"LMCache MP server {name} (port {lport}, L2 fs)",
                                 server_argv(fs_l2(storage_dir(name)), lport, mport), senv, storage_dir(name))
                 files[f"/etc/systemd/system/{server_unit(name)}"] = {
@@ -630,3 +632,23 @@ def test_storage_env_in_the_shared_namespace_is_its_keyed_subdirectory(tmp_path)
         if directory.endswith("/off"):
             assert "kvprov-kv-key turned the tier off at the engine's start" in r.found, r.found
     assert found == cases
+
+
+def test_lmcache_mp_channel_on_tcp_or_another_socket_fails(tmp_path):
+    """#38: the LMCache server's request channel (it unpickles what clients send) is a Unix socket only
+    the engine user reaches: vLLM connecting over TCP (an older deploy) fails, and so does a client
+    whose socket is not the one the server binds (KVPROV_LMCACHE_URL, kvprov's sitecustomize.py)."""
+    b = EngineBundle(tmp_path / "tcp", "lmcache_mp")
+    b.set_argv(vllm_unit("main"), edit_json_flag(
+        "--kv-transfer-config", lambda kv: kv["kv_connector_extra_config"].update({"lmcache.mp.host": "tcp://127.0.0.1"})))
+    r = b.results()["engine.main.unit"]
+    assert (r.status, r.found) == (FAIL, "vLLM reaches the LMCache server at tcp://127.0.0.1, not a Unix socket: a TCP "
+                                         "port every local account can reach, and the server unpickles what clients send")
+    b = EngineBundle(tmp_path / "other", "lmcache_mp")
+    b.set_argv(vllm_unit("main"), edit_json_flag(
+        "--kv-transfer-config", lambda kv: kv["kv_connector_extra_config"].update({"lmcache.mp.host": "ipc:///run/x"})))
+    r = b.results()["engine.main.unit"]
+    assert (r.status, r.found) == (FAIL, "vLLM connects to ipc:///run/x:18000 but the LMCache server "
+                                         "kvprov-lmcache-main.service binds ipc:///run/kvprov-lmcache/main/server:18000 "
+                                         "(KVPROV_LMCACHE_URL): vLLM cannot reach its cache")
+    assert EngineBundle(tmp_path / "good", "lmcache_mp").results()["engine.main.unit"].status == PASS

@@ -19,6 +19,10 @@ SERVER_COUNTERS = ("lmcache_mp_lookup_requested_tokens_total", "lmcache_mp_looku
 
 # ---- MP mode
 
+# The server's request channel: kvprov's sitecustomize.py binds it to this URL (ipc://, in the server
+# unit's RuntimeDirectory) in place of LMCache's tcp://--host:--port (roles/lmcache_mp/templates/).
+BIND_VARIABLE = "KVPROV_LMCACHE_URL"
+
 def _server(c: Context, inst: Instance) -> tuple[list[str], str]:
     if not inst.server_unit:
         raise FileProblem(bf.DESIRED, f"instance {inst.name} of engine lmcache_mp has no server unit")
@@ -43,11 +47,19 @@ def mp_config_problems(c: Context, inst: Instance) -> list[str]:
     server, where = _server(c, inst)
     port = flag(server, "--port")
     extra = kv.get("kv_connector_extra_config") if isinstance(kv.get("kv_connector_extra_config"), dict) else {}
+    host, bind = extra.get("lmcache.mp.host"), live_env(c, inst.server_unit)[0].get(BIND_VARIABLE)
+    ipc = isinstance(host, str) and host.startswith("ipc:///")
+    if kv and not ipc:
+        problems.append(f"vLLM reaches the LMCache server at {show(host)}, not a Unix socket: a TCP port every local "
+                        "account can reach, and the server unpickles what clients send")
     if kv and str(extra.get("lmcache.mp.port")) != str(port):
         problems.append(f"vLLM's lmcache.mp.port is {show(extra.get('lmcache.mp.port'))} but the LMCache server "
                         f"{inst.server_unit} listens on --port {show(port)} ({where}): vLLM cannot reach its cache")
     elif port != str(inst.lmcache_port):
         problems.append(f"the LMCache server listens on --port {show(port)} ({where}), want {inst.lmcache_port}")
+    elif kv and ipc and bind != f"{host}:{port}":  # vLLM joins host and port into one URL
+        problems.append(f"vLLM connects to {show(f'{host}:{port}')} but the LMCache server {inst.server_unit} binds "
+                        f"{show(bind)} ({BIND_VARIABLE}): vLLM cannot reach its cache")
     if flag(server, "--l2-adapter") is None:
         problems.append(f"{inst.server_unit} has no --l2-adapter: nothing reaches the KV mount")
     return problems
