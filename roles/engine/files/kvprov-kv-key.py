@@ -29,8 +29,8 @@ writes LMCACHE_REMOTE_URL=fs://localhost:0<that directory>): hosts whose model f
 engine version differ never read each other's files, and a change moves the host to a new
 subdirectory. A directory of one instance, not named by the inventory's fingerprint (SGLang's,
 whose backend deletes its whole directory), passes that name with --key: it is hashed with the
-rest, so a change the inventory makes moves the instance to a new subdirectory too. The evictor works on NAMESPACE as a whole and ages the old subdirectories' files
-out. The engine follows nothing root resolved: a link a writer of the volume plants in the
+rest, so a change the inventory makes moves the instance to a new subdirectory too. The evictor
+works on NAMESPACE as a whole and ages the old subdirectories' files out. The engine follows nothing root resolved: a link a writer of the volume plants in the
 subdirectory's place is refused here, and followed, if at all, by the engine user alone.
 
 It never stops the engine from starting: when NAMESPACE cannot be reached within S seconds
