@@ -139,3 +139,25 @@ def test_kvprovs_runs_take_the_checkouts_collection_before_an_installed_one(inst
     assert r.returncode == 0, r.stderr
     found = json.loads(r.stdout)["kvprov.kvprov.kvprov_host_lock"]["doc"]["filename"]
     assert found == str(ROOT / ".collections/ansible_collections/kvprov/kvprov/plugins/modules/kvprov_host_lock.py")
+
+
+def test_every_filter_of_the_installed_collection_is_documented(installed):
+    """#39: ansible-doc shows each of the collection's filters (plugins/filter/<name>.yml beside the
+    code): what it takes, what it gives, and an example."""
+    import importlib.util
+
+    names = []
+    for path in sorted((ROOT / "plugins/filter").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"kvprov_filter_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        names += module.FilterModule().filters()
+    assert len(names) == 12 and sorted(p.stem for p in (ROOT / "plugins/filter").glob("*.yml")) == sorted(names)
+    collections, _, cwd = installed
+    r = ansible(["ansible-doc", "-t", "filter", "--json", *[f"kvprov.kvprov.{n}" for n in names]], collections, cwd)
+    assert r.returncode == 0, r.stderr[-3000:]
+    docs = json.loads(r.stdout)
+    for n in names:
+        doc = docs[f"kvprov.kvprov.{n}"]
+        assert doc["doc"]["short_description"] and doc["doc"]["options"]["_input"]["description"], n
+        assert f"kvprov.kvprov.{n}" in doc["examples"] and doc["return"]["_value"]["type"], n
