@@ -1,5 +1,5 @@
 """ansible-playbook's own options on every kvprov command that reads an inventory: `-e/--extra-vars`,
-`-u/--user`, `--forks`, `-K/--ask-become-pass`, `--become-password-file`. kvprov applies extra vars
+`-u/--user`, `-f/--forks`, `-K/--ask-become-pass`, `--become-password-file`. kvprov applies extra vars
 itself where it reads the inventory (the highest precedence, as in Ansible) and passes all of
 them to every ansible-playbook it starts (kvprov.runner). `-K` asks once; the password then
 lives in a root-only file in a private directory for the command's life (kvprov.vault's)."""
@@ -25,7 +25,7 @@ def add_args(parser) -> None:
     g.add_argument("-e", "--extra-vars", action="append", default=[], dest="extra_vars", metavar="VARS",
                    help="key=value pairs, YAML/JSON, or @FILE (repeatable; the highest precedence, as in Ansible)")
     g.add_argument("-u", "--user", dest="remote_user", metavar="USER", help="connect as this user")
-    g.add_argument("--forks", type=int, metavar="N", help="parallel hosts (default: your ansible.cfg's, else 50)")
+    g.add_argument("-f", "--forks", type=int, metavar="N", help="parallel hosts (default: your ansible.cfg's, else 50)")
     g.add_argument("-K", "--ask-become-pass", action="store_true", dest="ask_become_pass",
                    help="ask for the become (sudo) password (once)")
     g.add_argument("--become-password-file", "--become-pass-file", dest="become_password_file", metavar="FILE",

@@ -23,14 +23,14 @@ def add_parser(sub) -> None:
                                    "3 unreachable hosts (also when others failed a task). Failed and unreachable "
                                    "hosts are written to a retry file for --limit @FILE.")
     inventory.add_inventory_args(p)
-    p.add_argument("--check", action="store_true", help="dry run (Ansible check mode with diff): change nothing")
+    p.add_argument("-C", "--check", action="store_true", help="dry run (Ansible check mode with diff): change nothing")
     p.add_argument("--full", action="store_true",
                    help="run the playbook on every host, also those the audit finds clean (by default the "
                         "hosts are audited first and only those with drift, or that could not be audited, "
                         "are converged)")
-    p.add_argument("--diff", action="store_true", help="show file diffs")
+    p.add_argument("-D", "--diff", action="store_true", help="show file diffs")
     inventory.add_limit_arg(p, "Ansible host pattern; @FILE: the patterns in FILE, one a line (a retry file)")
-    p.add_argument("--tags", help="only these role tags (e.g. nixl,sglang)")
+    p.add_argument("-t", "--tags", help="only these role tags (e.g. nixl,sglang)")
     p.add_argument("--allow-remount", action="store_true",
                    help="remount the KV mount when its live options differ (only if nothing uses it)")
     p.add_argument("--stop-engines", action="store_true",

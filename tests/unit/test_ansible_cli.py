@@ -121,3 +121,13 @@ def test_cli_habits_options_spelled_out_version_on_stdout_verbosity_reaches_ansi
             "sys.exit(cli.main(['check', '--json', '-', 'inventory/example.yml']))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert (r.returncode, r.stderr) == (141, "")
+
+
+def test_ansible_playbooks_short_flags_on_deploy():
+    """#39: the short spellings an Ansible user types: -C (--check), -D (--diff), -t (--tags), -f (--forks)."""
+    from kvprov.cli import build_parser
+
+    short = build_parser().parse_args(["deploy", "inv.yml", "-C", "-D", "-t", "nixl,engine", "-f", "7"])
+    long = build_parser().parse_args(["deploy", "inv.yml", "--check", "--diff", "--tags", "nixl,engine", "--forks", "7"])
+    assert (short.check, short.diff, short.tags, short.forks) == (True, True, "nixl,engine", 7)
+    assert vars(short) == vars(long)
