@@ -26,6 +26,7 @@ COMMANDS = [
     "kvprov.storage.cli",
     "kvprov.loadtest",
     "kvprov.lab.cli",
+    "kvprov.completion",
 ]
 
 
