@@ -144,15 +144,12 @@ def test_an_engine_reachable_beyond_loopback_needs_an_api_key_and_its_clients(tm
     assert problems(kvprov_engine_host="0.0.0.0") == [no_key, no_clients]
     assert problems(kvprov_engine_host="::1") == problems(kvprov_engine_host="127.0.0.1") == []
     key = private_file(tmp_path, "key", "s3cret\n")
-    # SGLang's admin routes take the API key unless they have their own (tests/unit/test_sglang_admin_key.py)
-    admin = [p for p in problems(kvprov_engine_host="0.0.0.0", kvprov_engine_api_key_file=key)
-             if p.startswith("warning kvprov_engine_api_key_file: SGLang's admin routes")]
-    assert len(admin) == 1
-    assert problems(kvprov_engine_host="0.0.0.0", kvprov_engine_api_key_file=key) == [*admin, no_clients]
+    # (SGLang's admin routes always have a key of their own: tests/unit/test_sglang_admin_key.py)
+    assert problems(kvprov_engine_host="0.0.0.0", kvprov_engine_api_key_file=key) == [no_clients]
     assert problems(kvprov_engine_host="0.0.0.0", kvprov_engine_api_key_file=key,
-                    kvprov_engine_clients=["10.0.0.0/8"]) == admin
+                    kvprov_engine_clients=["10.0.0.0/8"]) == []
     assert problems(kvprov_engine_host="0.0.0.0", kvprov_engine_api_key_file=key, kvprov_engine_clients=["x y"]) == [
-        'error kvprov_engine_clients: item 1: "x y" is not an address or CIDR (e.g. 10.0.0.0/8)', *admin]
+        'error kvprov_engine_clients: item 1: "x y" is not an address or CIDR (e.g. 10.0.0.0/8)']
 
 
 S3_WARNING = ("talks to S3 and kvprov_engine_s3_credentials_file is not set: the AWS SDK then takes credentials "
@@ -610,7 +607,8 @@ def test_what_kvprovs_units_set_is_refused_in_extra_args_and_environment():
     assert problems(kvprov_engine_environment={"PYTHONPATH": "/opt/mine", "CUDA_VISIBLE_DEVICES": "1",
                                                "TOKENIZERS_PARALLELISM": "false"}) == [
         "error kvprov_engine_environment: PYTHONPATH: kvprov's unit sets it for the code it loads (the vLLM key "
-        "guard, SGLang's key redaction, LMCache's fail-open adapter), and the inventory's would replace it in the unit",
+        "guard, SGLang's key redaction, LMCache's socket and fail-open adapter), and the inventory's would replace it "
+        "in the unit",
         "error kvprov_engine_environment: CUDA_VISIBLE_DEVICES: kvprov_engine_instances sets it (cuda_visible_devices), "
         "and the inventory's would replace it in the unit"]
     for name in ("CREDENTIALS_DIRECTORY", "LMCACHE_CONFIG_FILE", "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK",

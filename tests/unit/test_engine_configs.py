@@ -50,7 +50,9 @@ def payloads(root: Path) -> dict[str, dict]:
             payload["pythonpath"] = [str(root / host / d.lstrip("/")) for d in env.get("PYTHONPATH", "").split(":") if d]
         if kind == "sglang_argv":
             toml = root / host / "etc/kvprov/nixl_backend_config.toml"
-            payload["files"] = {"/etc/kvprov/nixl_backend_config.toml": toml.read_text()}
+            # and its credential (written by the role's task, never rendered: a secret): a stand-in key
+            payload["files"] = {"/etc/kvprov/nixl_backend_config.toml": toml.read_text(),
+                                "%d/sglang-api-key.yaml": 'admin-api-key: "stand-in-admin-key"\n'}
         out[f"{host}/{unit.name}"] = payload
     for yaml_file in sorted(root.glob("*/etc/kvprov/lmcache-*.yaml")):
         out[f"{yaml_file.parts[len(root.parts)]}/{yaml_file.name}"] = {"kind": "lmcache_yaml",

@@ -168,7 +168,10 @@ def play(tmp_path: Path, credentials: Path, *extra: str) -> tuple[subprocess.Com
                         "-e", "kvprov_storage_profile=local", "-e", "kvprov_storage_pnfs_layout=none",
                         # a host tier this machine's memory holds (the preflight weighs it against MemTotal)
                         "-e", '{"kvprov_sglang_hicache_size": 1}',
-                        "-e", f"_kvprov_engine_secrets_env={env_file}"],
+                        "-e", f"_kvprov_engine_secrets_env={env_file}",
+                        # SGLang's credential (its admin routes' key of the host's own) beside it
+                        "-e", f"_kvprov_engine_sglang_key_file={env_file.parent / 'sglang-api-key.yaml'}",
+                        "-e", f"_kvprov_engine_sglang_admin_file={env_file.parent / 'sglang-admin.key'}"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT,
                        env={**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_NOCOLOR": "1"})
     return r, env_file
