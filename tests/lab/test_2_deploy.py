@@ -155,7 +155,7 @@ def test_nixl_config_unit_and_storage_dir_are_in_place(deployed):
     assert systemd_verify.complaints(r.stdout + r.stderr, ["/opt/kvprov/sglang/bin/sglang"]) == [], r.stderr
     text = sh(GPU1, f"cat {unit}")
     # the instance's own directory, keyed: kvprov-kv-key (deployed, executable) names its subdirectory
-    assert 'Environment="SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=${KVPROV_KV_DIR}"' in text
+    assert "Environment=SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=/mnt/kvcache/kvlab-gpu1/main\n" in text
     assert "--also=SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR= /mnt/kvcache/kvlab-gpu1/main " in text
     assert sh(GPU1, "systemctl is-enabled kvprov-evict-main.timer").strip() == "enabled"
     assert "--hicache-storage-backend-extra-config @/etc/kvprov/nixl_backend_config.toml" in text

@@ -105,7 +105,7 @@ def test_inactive_plugin_in_the_toml_is_caught(lab, tmp_path):
 
 
 def test_storage_dir_on_tmp_is_caught(lab, tmp_path):
-    sh(GPU1, f"cp {UNIT} /root/unit.bak && sed -i 's|STORAGE_DIR=${{KVPROV_KV_DIR}}|STORAGE_DIR=/tmp/hicache|' "
+    sh(GPU1, f"cp {UNIT} /root/unit.bak && sed -i 's|STORAGE_DIR=/mnt/kvcache/kvlab-gpu1/main|STORAGE_DIR=/tmp/hicache|' "
              f"{UNIT} && systemctl daemon-reload")
     try:
         r, results = validate(lab, tmp_path, "--no-bench")

@@ -445,7 +445,8 @@ def test_sglangs_own_directory_is_keyed_by_its_fingerprint_and_the_hosts_part(tm
     """Rendered by the role: SGLang's unit runs the script with --key = the inventory's fingerprint of
     SGLang's table row (kvprov/namespace.py, as `check` computes it) on the instance's own directory,
     and its storage directory is the subdirectory the script writes into kv.env (EnvironmentFile=
-    wins over Environment=); a keying change (the memory layout) changes --key, the directory stays."""
+    wins over the unit's Environment=, which names the instance directory); a keying change (the
+    memory layout) changes --key, the directory stays."""
     import shlex
 
     from kvprov import namespace
@@ -468,6 +469,7 @@ def test_sglangs_own_directory_is_keyed_by_its_fingerprint_and_the_hosts_part(tm
         assert key == namespace.namespace("sglang_hicache", values.get), key
         fingerprints.add(key)
         assert unit_lines(text, "EnvironmentFile") == [f"-{envfile}"]
-        assert unit_lines(text, "Environment").count('"SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=${KVPROV_KV_DIR}"') == 1
+        # the unit names the instance directory (what `systemctl show` says); kv.env, which wins, its subdirectory
+        assert unit_lines(text, "Environment").count(f"SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR={directory}") == 1
         assert directory in unit_lines(text, "ReadWritePaths")[0] and unit_lines(text, "RequiresMountsFor") == [directory]
     assert len(fingerprints) == 2

@@ -122,7 +122,7 @@ def test_the_engine_role_renders_the_namespace_kvprov_check_computes(tmp_path):
     assert re.search("fs://localhost:0/mnt/kvcache/kv/lmcache_inproc/models-Qwen3-8B" + FP, inproc), inproc
     sglang = (out / "gpu-a01.corp.example.com/etc/systemd/system/kvprov-sglang-gpu0-3.service").read_text()
     # SGLang: its own directory, keyed by kvprov-kv-key --key <the same fingerprint of its own table row>
-    assert '"SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=${KVPROV_KV_DIR}"' in sglang
+    assert "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR=/mnt/kvcache/gpu-a01.corp.example.com/gpu0-3\n" in sglang
     assert re.search(" --key models-Qwen3-8B" + FP + " .* /mnt/kvcache/gpu-a01.corp.example.com/gpu0-3 ", sglang), sglang
     # one evictor for the namespace both instances of gpu-c01 share
     assert [p.name for p in out.glob("gpu-c01*/etc/systemd/system/kvprov-evict-*.service")] == [
