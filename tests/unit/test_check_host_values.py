@@ -670,3 +670,11 @@ def test_every_flag_the_rendered_api_units_carry_is_refused_in_the_extra_argumen
             assert any(f'item 1: "{flag}" sets {flag}, which kvprov manages' in p for p in found), (engine, flag, found)
     # and the vLLM engines' own short form of --tensor-parallel-size
     assert any('"-tp" sets -tp' in p for p in problems(kvprov_engine="lmcache_mp", kvprov_engine_extra_args=["-tp"]))
+
+
+def test_the_lmcache_socket_variable_is_kvprovs():
+    """#38: KVPROV_LMCACHE_URL binds LMCache MP's request channel to the engine user's socket; the
+    inventory's environment comes last in the unit and would move it (to a TCP port, say)."""
+    assert problems(kvprov_engine="lmcache_mp", kvprov_engine_environment={"KVPROV_LMCACHE_URL": "ipc:///tmp/x"}) == [
+        "error kvprov_engine_environment: KVPROV_LMCACHE_URL: kvprov sets it: the LMCache server's request channel, "
+        "a Unix socket only the engine user reaches, and the inventory's would replace it in the unit"]
