@@ -83,11 +83,8 @@ DEADLINE = {"prefetch_timeout_base": 1.0, "prefetch_timeout_per_ki_token": 0.1}
 
 
 @pytest.mark.parametrize("evict, expected", [
-    # kvprov's evictor runs on the directory (by default: SGLang's cleaner would see only the keyed
-    # subdirectory it runs with, never those an earlier key left): SGLang's is off
-    ("auto", {"l3_cleaner_enabled": False}),
-    ("always", {"l3_cleaner_enabled": False}),
-    ("never", {"l3_cleaner_enabled": True, "l3_cleaner_high_watermark": 85, "l3_cleaner_low_watermark": 70}),
+    ("auto", {"l3_cleaner_enabled": True, "l3_cleaner_high_watermark": 85, "l3_cleaner_low_watermark": 70}),
+    ("always", {"l3_cleaner_enabled": False}),  # kvprov's evictor runs on the directory: SGLang's is off
 ])
 def test_sglangs_l3_cleaner_is_set_explicitly(tmp_path, evict, expected):
     inv = lab_engine(tmp_path, kvprov_engine="sglang_hicache", kvprov_engine_evict=evict,
@@ -95,21 +92,21 @@ def test_sglangs_l3_cleaner_is_set_explicitly(tmp_path, evict, expected):
     host = rendered(inv, tmp_path / "out")
     toml = tomllib.loads((host / TOML).read_text())
     assert toml == {**expected, **DEADLINE, "plugin": {"posix": {"active": True, "use_aio": False}}}
-    assert bool(evictors(host)) == (evict != "never")
+    assert bool(evictors(host)) == (evict == "always")
 
 
 def test_the_cleaner_follows_kvprovs_marks_and_an_explicit_option_wins(tmp_path):
-    inv = lab_engine(tmp_path, kvprov_engine="sglang_hicache", kvprov_engine_evict="never", kvprov_engine_evict_high_percent=90,
+    inv = lab_engine(tmp_path, kvprov_engine="sglang_hicache", kvprov_engine_evict_high_percent=90,
                      kvprov_engine_evict_low_percent=60, kvprov_nixl_backend_options={"l3_cleaner_enabled": False})
     toml = tomllib.loads((rendered(inv, tmp_path / "out") / TOML).read_text())
     assert {k: v for k, v in toml.items() if k != "plugin"} == {
         "l3_cleaner_enabled": False, "l3_cleaner_high_watermark": 90, "l3_cleaner_low_watermark": 60, **DEADLINE}
 
 
-def test_the_example_fleets_sglang_hosts_turn_the_cleaner_off_and_the_others_get_none(tmp_path):
+def test_the_example_fleets_sglang_hosts_get_the_cleaner_and_the_others_none(tmp_path):
     out = tmp_path / "out"
     render.render([str(ROOT / "inventory/example.yml")], out)
-    a01 = tomllib.loads((out / "gpu-a01.corp.example.com" / TOML).read_text())  # sglang_hicache, kvprov's evictor
-    assert [(k, v) for k, v in a01.items() if k.startswith("l3_cleaner")] == [("l3_cleaner_enabled", False)]
+    a01 = tomllib.loads((out / "gpu-a01.corp.example.com" / TOML).read_text())  # sglang_hicache
+    assert (a01["l3_cleaner_enabled"], a01["l3_cleaner_high_watermark"], a01["l3_cleaner_low_watermark"]) == (True, 85, 70)
     c01 = tomllib.loads((out / "gpu-c01.corp.example.com" / TOML).read_text())  # vllm_offload
     assert not [k for k in c01 if k.startswith("l3_cleaner")]

@@ -24,18 +24,16 @@ def test_lab_render_lists_every_managed_file(tmp_path):
         "etc/systemd/system/mnt-kvcache.mount", "etc/systemd/system/kvprov-soft-roce.service",
         "etc/systemd/system/kvprov-sglang-main.service", "etc/kvprov/nixl_backend_config.toml",
         "etc/cufile.json", "usr/local/sbin/kvprov-kv-key",  # SGLang's directory is keyed
-        "etc/systemd/system/kvprov-evict-main.service", "etc/systemd/system/kvprov-evict-main.timer",
-        "usr/local/sbin/kvprov-evict",
         "usr/local/lib/kvprov-sglang/sitecustomize.py"])  # SGLang always has a key: its admin routes' own
-    assert len(files) == 13
+    assert len(files) == 10
     mount = (host / "etc/systemd/system/mnt-kvcache.mount").read_text()
     assert "What=10.99.1.1:/kv" in mount
     assert "Options=vers=4.1,proto=rdma,port=20049,rsize=262144,wsize=262144,soft,timeo=20,retrans=1,softreval,max_connect=16,lookupcache=positive,write=eager,nosuid,nodev,noexec,_netdev" in mount
     assert "blocklayoutdriver" in (host / "etc/modules-load.d/kvprov-nfs.conf").read_text()
     assert tomllib.loads((host / "etc/kvprov/nixl_backend_config.toml").read_text()) == {
         "plugin": {"posix": {"active": True, "use_aio": False}},
-        # SGLang's L3 cleaner off: kvprov's evictor bounds the instance directory
-        "l3_cleaner_enabled": False,
+        # SGLang's L3 cleaner, on at kvprov's marks (no kvprov evictor for sglang_hicache)
+        "l3_cleaner_enabled": True, "l3_cleaner_high_watermark": 85, "l3_cleaner_low_watermark": 70,
         # the timeout prefetch policy's deadline: a hung storage delays a request, never holds it
         "prefetch_timeout_base": 1.0, "prefetch_timeout_per_ki_token": 0.1}
 
