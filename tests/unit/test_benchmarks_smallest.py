@@ -1,4 +1,4 @@
-"""Benchmarks that cannot rot (#41 item 5): each benchmark the README names that needs no lab
+"""Benchmarks that cannot rot (#41 item 5): each benchmark the docs name that needs no lab
 runs here in its smallest form, for real, end to end (one directory, one round, a few files):
 its figures come out and its own pass/fail verdict can fail (loadtest_vs_reference.py runs in
 tests/lab/test_5_engine.py, against the lab's engine). Figures from these runs mean nothing: they only prove the scripts still work."""
@@ -140,19 +140,20 @@ def test_cufile_flags_without_cufile_says_so(disk_dir):
     assert not disk_dir.exists()
 
 
-def test_every_benchmark_the_readme_names_exists_and_runs_in_ci():
-    """The README's benchmarks are files, and each runs in one of the suite's smallest-form tests
-    (a benchmark added to the README without one fails here)."""
+def test_every_benchmark_the_docs_name_exists_and_runs_in_ci():
+    """The benchmarks the README and docs/ name are files, and each runs in one of the suite's
+    smallest-form tests (a benchmark added to the docs without one fails here)."""
     import re
 
-    named = set(re.findall(r"benchmarks/(\w+\.py)", (ROOT / "README.md").read_text()))
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    named = set(re.findall(r"benchmarks/(\w+\.py)", "".join(p.read_text() for p in docs)))
     retired = {"audit.py", "deploy.py"}  # named as former benchmarks: scale.py measures what they did
     runners = "".join(p.read_text() for p in (ROOT / "tests/unit/test_benchmarks_smallest.py",
                                                ROOT / "tests/unit/test_mutation_smallest.py",
                                                ROOT / "tests/lab/test_9_benchmarks.py",
                                                ROOT / "tests/lab/test_5_engine.py"))
-    assert named - retired, "the README names no benchmark"
+    assert named - retired, "the docs name no benchmark"
     for name in sorted(named - retired):
-        assert (BENCH / name).is_file(), f"the README names benchmarks/{name}, which does not exist"
+        assert (BENCH / name).is_file(), f"the docs name benchmarks/{name}, which does not exist"
         assert re.search(rf'["/]{re.escape(name)}"', runners), f"benchmarks/{name} runs in no smallest-form test"
     assert not any((BENCH / name).exists() for name in retired)
