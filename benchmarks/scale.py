@@ -349,7 +349,7 @@ def table(sizes: list[dict]) -> str:
 
 
 def markdown(sizes: list[dict]) -> str:
-    """The table for the README: seconds (controller CPU s, peak MiB) per command and size."""
+    """The table for docs/scale.md: seconds (controller CPU s, peak MiB) per command and size."""
     rows = ["| command | " + " | ".join(f"{s['hosts']} hosts" for s in sizes) + " |",
             "|---|" + "---:|" * len(sizes)]
     for name in COMMANDS:

@@ -1,6 +1,6 @@
 """The lab's fixed, documented layout: names, addresses, ports and paths.
 
-Pure data and functions (no I/O), so the lab, its inventory, the tests and the README
+Pure data and functions (no I/O), so the lab, its inventory, the tests and docs/lab.md
 all derive from one place.
 
   kvlab-storage   QEMU VM, stands in for the NetApp: knfsd, pNFS block layout, soft-RoCE

@@ -1,4 +1,4 @@
-"""Benchmarks that cannot rot (#41 item 5): the lab's benchmarks the README names, each in its
+"""Benchmarks that cannot rot (#41 item 5): the lab's benchmarks the docs name, each in its
 smallest form on the running, deployed lab (no restart; one host, one round, the lab left as
 it was). Their figures mean nothing here; what is asserted is that each runs end to end and
 reports what it measured. The benchmarks that need no lab: tests/unit/test_benchmarks_smallest.py."""

@@ -1,6 +1,6 @@
 """kvprov/namespace.py at its edges (#41 item 1: the namespace code under mutation): which tiers
 stay per instance, what kvprov_engine_storage_sharing asks, every keying argument and
-environment variable the README's table names, values as `kvprov check --namespaces` shows them
+environment variable docs/cache-safety.md's table names, values as `kvprov check --namespaces` shows them
 (`keys`), and names and directories at their edges. Pure functions on plain dicts."""
 
 from __future__ import annotations
