@@ -23,20 +23,31 @@ def add_parser(sub) -> None:
                                       "lab's offline wheelhouses and the engine venvs: what scripts/install-deps "
                                       "does in a checkout, for kvprov installed from its wheel. A second run is fast.")
     deps.set_defaults(func=cmd_deps)
-    up = lab.add_parser("up", help="build the image (cached) and boot the lab")
+    up = lab.add_parser("up", help="build the image (cached) and boot the lab",
+                        description="Build the Debian 12 image (debootstrap; cached, rebuilt when its recipe changes) "
+                                    "and boot the storage VM, --clients GPU-node VMs and --containers containers. "
+                                    "Idempotent: a running lab is reported, not restarted. Writes the inventory of "
+                                    "what it started to <lab home>/run/inventory.yml (docs/lab.md).")
     up.add_argument("--clients", type=int, default=1, help="GPU-node VMs (default 1)")
     up.add_argument("--containers", type=int, default=0, help="systemd-nspawn hosts (default 0)")
     up.set_defaults(func=cmd_up)
-    st = lab.add_parser("status", help="what runs and whether it answers ssh")
+    st = lab.add_parser("status", help="what runs and whether it answers ssh",
+                        description="Each lab host: whether it runs and answers ssh. Exit 0 when every host does.")
     st.add_argument("--json", action="store_true", help="print JSON")
     st.set_defaults(func=cmd_status)
-    dn = lab.add_parser("down", help="stop the lab and remove everything it made")
+    dn = lab.add_parser("down", help="stop the lab and remove everything it made",
+                        description="Remove every process, namespace, device, mount and file the lab made (each is "
+                                    "recorded before it is created, so this also cleans up after a crash); the image "
+                                    "cache and the ssh key stay.")
     dn.set_defaults(func=cmd_down)
-    sh = lab.add_parser("ssh", help="ssh into a lab host: kvprov lab ssh kvlab-gpu1 [COMMAND...]")
+    sh = lab.add_parser("ssh", help="ssh into a lab host: kvprov lab ssh kvlab-gpu1 [COMMAND...]",
+                        description="ssh into a lab host as root with the lab's key; a COMMAND runs there instead "
+                                    "of a shell.")
     sh.add_argument("host")
     sh.add_argument("remote", nargs="*", help="command to run (default: a shell)")
     sh.set_defaults(func=cmd_ssh)
-    co = lab.add_parser("console", help="the tail of a host's console log")
+    co = lab.add_parser("console", help="the tail of a host's console log",
+                        description="The last lines of a lab host's serial console (a VM) or boot log (a container).")
     co.add_argument("host")
     co.add_argument("-n", type=int, default=40, help="lines (default 40)")
     co.set_defaults(func=cmd_console)
