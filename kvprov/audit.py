@@ -421,6 +421,7 @@ def add_parser(sub) -> None:
     p.add_argument("--fix", action="store_true", help="re-deploy the drifted hosts, then audit them again")
     p.add_argument("--allow-remount", action="store_true",
                    help="with --fix: let deploy remount a KV mount whose options drifted (only if unused)")
+    runner.add_list_hosts_arg(p)
     p.set_defaults(func=cmd_audit)
 
 
@@ -443,6 +444,8 @@ def cmd_audit(args) -> int:
         raise KvprovError("--allow-remount goes with --fix", EXIT_USAGE)
     sources = inventory.from_args(args)
     check.require_valid(sources)
+    if getattr(args, "list_hosts", False):
+        return runner.print_list_hosts(args, ["collect.yml"], sources, name="audit-list-hosts")
     t0 = time.monotonic()
     results, gauges, namespaces = gather(sources, args.limit, args.timeout)
     summary = (f"audit: {len({r.host for r in results})} host(s) in {time.monotonic() - t0:.1f}s; "

@@ -166,14 +166,17 @@ def add_parser(sub) -> None:
     inventory.add_inventory_args(p)
     inventory.add_limit_arg(p)
     add_arguments(p)
-    p.add_argument("--json", metavar="F", help="also write the results as JSON to F")
+    p.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
     p.add_argument("--junit", metavar="F", help="also write JUnit XML to F")
+    runner.add_list_hosts_arg(p)
     p.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args) -> int:
     sources = inventory.from_args(args)
     check.require_valid(sources)
+    if getattr(args, "list_hosts", False):
+        return runner.print_list_hosts(args, ["bench.yml"], sources, name="bench-list-hosts")
     results, run_result = run(sources, args.limit, args.together, overrides(args))
     for host, rs in report.by_host(list(results)).items():
         results.append(summarize(rs))

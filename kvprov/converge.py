@@ -20,13 +20,14 @@ def rollout(path: str | list[str]) -> dict:
 
 
 def converge(sources: list[str], command: str, limit: str | None, *, check: bool = False, diff: bool = False,
-             tags: str | None = None, allow_remount: bool = False, stop_engines: bool = False) -> runner.RunResult:
+             tags: str | None = None, skip_tags: str | None = None, allow_remount: bool = False,
+             stop_engines: bool = False) -> runner.RunResult:
     """playbooks/site.yml on the hosts of `limit` (None: all), each under its host's deploy lock."""
     extravars = {**lock.host_lock_vars(sources, command), **rollout(sources)}
     if allow_remount:
         extravars.update(kvprov_storage_allow_remount=True, kvprov_storage_stop_dependents=stop_engines)
     return runner.run("site.yml", sources, name=command.replace(" --", "-"),
-                      extravars=extravars, limit=limit, tags=tags, check=check, diff=diff)
+                      extravars=extravars, limit=limit, tags=tags, skip_tags=skip_tags, check=check, diff=diff)
 
 
 def exit_code(result: runner.RunResult) -> int:

@@ -1,4 +1,4 @@
-"""`kvprov deploy INVENTORY [--check] [--full] [--limit P] [--tags T] [--allow-remount]`:
+"""`kvprov deploy INVENTORY [--check] [--full] [--limit P] [--tags T] [--skip-tags T] [--list-hosts] [--allow-remount]`:
 check the inventory, audit every GPU node (kvprov.audit: one module call a host), then
 converge with playbooks/site.yml only the hosts the audit did not find clean. A host the
 audit calls clean gets changed=0 from a full run (the lab tests prove this for every kind
@@ -11,7 +11,7 @@ import sys
 import time
 
 from kvprov import audit, check, deployed_secrets, inventory, lock, runner
-from kvprov.converge import converge, exit_code
+from kvprov.converge import converge, exit_code, rollout
 from kvprov.errors import EXIT_USAGE, KvprovError
 from kvprov.validate.result import FAIL
 
@@ -31,6 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("-D", "--diff", action="store_true", help="show file diffs")
     inventory.add_limit_arg(p, "Ansible host pattern; @FILE: the patterns in FILE, one a line (a retry file)")
     p.add_argument("-t", "--tags", help="only these role tags (e.g. nixl,sglang)")
+    p.add_argument("--skip-tags", metavar="TAGS", help="skip the tasks of these role tags (e.g. gds,nixl)")
+    runner.add_list_hosts_arg(p)
     p.add_argument("--allow-remount", action="store_true",
                    help="remount the KV mount when its live options differ (only if nothing uses it)")
     p.add_argument("--stop-engines", action="store_true",
@@ -42,6 +44,14 @@ def add_parser(sub) -> None:
 
 
 def cmd_deploy(args) -> int:
+    if getattr(args, "list_hosts", False):  # the hosts a --full run converges: no audit, no lock, no host contacted
+        sources = inventory.from_args(args)
+        check.require_valid(sources)
+        if not args.full:
+            print("deploy --list-hosts: the hosts a run converges at most (without --full, only those the audit "
+                  "finds drifted or cannot audit)", file=sys.stderr)
+        return runner.print_list_hosts(args, ["site.yml"], sources, name="deploy-list-hosts",
+                                       extravars=rollout(sources), tags=args.tags, skip_tags=skip_tags(args))
     with contextlib.redirect_stdout(sys.stderr) if args.json == "-" else contextlib.nullcontext():
         result, clean = deploy(args)  # with --json -, stdout is the JSON's alone
     if args.json:
@@ -70,9 +80,9 @@ def deploy(args) -> tuple[runner.RunResult, list[str]]:
         result = runner.RunResult(rc=0, artifacts=None)  # every host clean: nothing to run
         if args.full or todo:
             result = converge(sources, command, args.limit if args.full else ",".join(todo), check=args.check,
-                              diff=args.diff or args.check, tags=args.tags, allow_remount=args.allow_remount,
-                              stop_engines=args.stop_engines)
-            if not args.check and (args.tags is None or "engine" in args.tags.split(",")):
+                              diff=args.diff or args.check, tags=args.tags, skip_tags=skip_tags(args),
+                              allow_remount=args.allow_remount, stop_engines=args.stop_engines)
+            if not args.check and secrets_deployed(args.tags, skip_tags(args)):
                 deployed_secrets.save(sources, [h for h, st in result.hosts.items()
                                                 if not st.failed and not st.unreachable])
     if args.diff or args.check:
@@ -82,6 +92,23 @@ def deploy(args) -> tuple[runner.RunResult, list[str]]:
     if clean:
         print(f"\n{len(clean)} host(s) audited clean, not run (--full runs them too): {runner.shorten(clean)}")
     return result, clean
+
+
+# The tags that skip the engine role's secret files (roles/engine/tasks/secrets.yml: configure, and
+# engine from the role's include, whose own tags are engine and always); `all` skips everything.
+SECRETS_SKIPPED_BY = frozenset({"engine", "configure", "always", "all"})
+
+
+def skip_tags(args) -> str | None:
+    return getattr(args, "skip_tags", None)
+
+
+def secrets_deployed(tags: str | None, skip_tags: str | None) -> bool:
+    """Whether a run with these --tags and --skip-tags writes the engine's secret files (then
+    deploy records what each host got: kvprov.deployed_secrets)."""
+    if tags is not None and "engine" not in tags.split(","):
+        return False
+    return not SECRETS_SKIPPED_BY & {t.strip() for t in (skip_tags or "").split(",")}
 
 
 def audit_first(sources: list[str], limit: str | None) -> tuple[list[str], list[str]]:

@@ -46,6 +46,7 @@ class RunResult:
     captured: dict[str, dict] = field(default_factory=dict)  # host -> result of the capture task
     desired: dict[str, dict] = field(default_factory=dict)  # host -> desired state (DESIRED_TASK, TAKES_DESIRED)
     seconds: float = 0.0
+    listing: str = ""  # what ansible-playbook --list-hosts printed (list_hosts)
 
     @property
     def unreachable(self) -> list[str]:
@@ -243,14 +244,14 @@ DESIRED_TASK = "Compute the desired state"
 
 
 def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravars: dict | None = None,
-        limit: str | None = None, tags: str | None = None, check: bool = False, diff: bool = False,
-        stream=None, verbose: bool = False, capture: str | None = None) -> RunResult:
+        limit: str | None = None, tags: str | None = None, skip_tags: str | None = None, check: bool = False,
+        diff: bool = False, stream=None, verbose: bool = False, capture: str | None = None) -> RunResult:
     """Run a playbook on the inventory sources (each passed as -i, in order); `capture` names
     a task whose per-host results are kept in `captured`. A playbook of TAKES_DESIRED gets the
     hosts' desired states computed first, each distinct one once (kvprov.desired.written), and
     returns them in `desired`."""
-    args = dict(name=name, limit=limit, tags=tags, check=check, diff=diff, stream=stream, verbose=verbose,
-                capture=capture)
+    args = dict(name=name, limit=limit, tags=tags, skip_tags=skip_tags, check=check, diff=diff, stream=stream,
+                verbose=verbose, capture=capture)
     if playbook in TAKES_DESIRED and DESIRED_DIR not in (extravars or {}):
         from kvprov import desired  # imports this module
 
@@ -264,8 +265,41 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
     return _run(playbook, inventory, extravars=extravars, **args)
 
 
+def list_hosts(playbooks: list[str], inventory: str | Path | list[str], *, name: str, extravars: dict | None = None,
+               limit: str | None = None, tags: str | None = None, skip_tags: str | None = None) -> str:
+    """What `ansible-playbook --list-hosts` prints for each playbook, with every option a run of
+    it would get: the plays, their patterns and the hosts each would touch (after --limit). It
+    reads the inventory only; no task runs and no host is contacted."""
+    out = []
+    for playbook in playbooks:
+        result = _run(playbook, inventory, name=name, extravars=extravars, limit=limit, tags=tags, skip_tags=skip_tags,
+                      check=False, diff=False, stream=None, verbose=False, capture=None, listing=True)
+        if result.rc != 0:
+            raise KvprovError(f"ansible-playbook --list-hosts {playbook} failed: "
+                              f"{result.failures[0].message if result.failures else f'rc {result.rc}'}", EXIT_USAGE)
+        out.append(result.listing)
+    return "\n".join(out)
+
+
+def add_list_hosts_arg(parser) -> None:
+    parser.add_argument("--list-hosts", action="store_true",
+                        help="print the hosts the run would touch (after --limit), as ansible-playbook --list-hosts "
+                             "prints them, and exit 0: no host is contacted")
+
+
+def print_list_hosts(args, playbooks: list[str], inventory: str | Path | list[str], *, name: str, **kw) -> int:
+    """A command's --list-hosts: ansible-playbook's listing of its playbooks on stdout (exit 0);
+    nothing else is written (no --json: there is no result)."""
+    for option in ("json", "junit", "prom"):
+        if getattr(args, option, None):
+            raise KvprovError(f"--list-hosts prints the hosts and runs nothing: leave out --{option}", EXIT_USAGE)
+    sys.stdout.write(list_hosts(playbooks, inventory, name=name, limit=getattr(args, "limit", None), **kw))
+    return 0
+
+
 def _run(playbook: str, inventory: str | Path | list[str], *, name: str, extravars: dict | None, limit: str | None,
-         tags: str | None, check: bool, diff: bool, stream, verbose: bool, capture: str | None) -> RunResult:
+         tags: str | None, check: bool, diff: bool, stream, verbose: bool, capture: str | None,
+         skip_tags: str | None = None, listing: bool = False) -> RunResult:
     import ansible_runner
 
     stream = stream or sys.stderr
@@ -276,8 +310,8 @@ def _run(playbook: str, inventory: str | Path | list[str], *, name: str, extrava
     prune_runs(private.parent, int(os.environ.get("KVPROV_RUNS_KEEP", KEEP_RUNS)))
     result = RunResult(rc=-1, artifacts=private)
     printer = _Printer(stream, result, verbose, capture)
-    cmdline = shlex.join([*(["--check"] if check else []), *(["--diff"] if diff else []), *vault.playbook_args(),
-                          *ansible_cli.playbook_args()])
+    cmdline = shlex.join([*(["--check"] if check else []), *(["--diff"] if diff else []),
+                          *(["--list-hosts"] if listing else []), *vault.playbook_args(), *ansible_cli.playbook_args()])
     t0 = time.monotonic()
     r = ansible_runner.run(
         private_data_dir=str(private),
@@ -287,6 +321,7 @@ def _run(playbook: str, inventory: str | Path | list[str], *, name: str, extrava
         extravars=extravars or {},
         limit=limit,
         tags=tags,
+        skip_tags=skip_tags,
         cmdline=cmdline or None,
         envvars=ansible_env(verbose or ansible_cli.verbose()),
         fact_cache_type=None if user_fact_cache() else "jsonfile",
@@ -296,6 +331,8 @@ def _run(playbook: str, inventory: str | Path | list[str], *, name: str, extrava
     result.rc = r.rc
     result.seconds = time.monotonic() - t0
     scrub_environment(private)
+    if listing:
+        result.listing = "".join(p.read_text(errors="replace") for p in (private / "artifacts").glob("*/stdout"))
     if r.rc != 0 and not result.failures:  # ansible-playbook itself stopped (syntax, crash, timeout)
         tail = (private / "artifacts").glob("*/stdout")
         text = "".join(p.read_text(errors="replace")[-3000:] for p in tail)

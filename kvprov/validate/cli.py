@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kvprov import bench, desired, inventory
+from kvprov import bench, check, desired, inventory, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import collect, evaluate, report
 from kvprov.validate.result import FAIL, Result, show, summarize
@@ -50,6 +50,7 @@ def add_parser(sub) -> None:
     bench.add_arguments(p)
     p.add_argument("--json", metavar="F", help="also write the results as JSON to F ('-': to stdout, no table)")
     p.add_argument("--junit", metavar="F", help="also write JUnit XML to F (a testcase per check)")
+    runner.add_list_hosts_arg(p)
     p.set_defaults(func=cmd_validate)
 
 
@@ -59,6 +60,14 @@ def cmd_validate(args) -> int:
     judge = sources if args.bundle else []  # the inventory the given bundles are judged against
     if args.engine_roundtrip and not live:
         raise KvprovError("--engine-roundtrip restarts live engines: give an INVENTORY, without --bundle", EXIT_USAGE)
+    if getattr(args, "list_hosts", False):  # the playbooks a live run starts (after collect.yml, on its hosts)
+        if not live:
+            raise KvprovError("--list-hosts lists the live hosts a run contacts: give an INVENTORY, without --bundle",
+                              EXIT_USAGE)
+        check.require_valid(live)
+        playbooks = ["collect.yml", *([] if args.no_bench else ["bench.yml"]),
+                     *(["restart.yml"] if args.engine_roundtrip else [])]
+        return runner.print_list_hosts(args, playbooks, live, name="validate-list-hosts")
     unreachable, not_captured = [], []
     if live:
         out = args.keep or Path(tempfile.mkdtemp(prefix="kvprov-validate-"))

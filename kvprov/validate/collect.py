@@ -136,6 +136,7 @@ def add_parser(sub) -> None:
     p.add_argument("--json", metavar="FILE", help="also write the run as JSON to FILE: each host's task counts, the "
                                                   "failures and `bundles` {host: directory} ('-': to stdout, the "
                                                   "bundle list to stderr)")
+    runner.add_list_hosts_arg(p)
     p.set_defaults(func=cmd_collect)
 
 
@@ -145,6 +146,9 @@ def cmd_collect(args) -> int:
     if args.json and args.json != "-":
         runner.refuse_link(args.json, "--json")
     sources = inventory.from_args(args)
+    if getattr(args, "list_hosts", False):
+        check.require_valid(sources)
+        return runner.print_list_hosts(args, ["collect.yml"], sources, name="collect-list-hosts")
     human = sys.stderr if args.json == "-" else sys.stdout  # with --json -, stdout is the JSON's alone
     with contextlib.redirect_stdout(sys.stderr) if args.json == "-" else contextlib.nullcontext():
         result = collect(sources, args.out, args.limit, timeout=args.timeout)

@@ -35,6 +35,8 @@ def test_bash_completes_commands_options_choices_and_files(tmp_path):
     got = dict(zip(lines, (set(line.split()) for line in r.stdout.split("\n"))))
     assert got["kvprov de"] == {"deploy"} and got["kvprov deploy --ch"] == {"--check"}
     assert {"-C", "--check", "-D", "-t", "-f", "-l", "--limit", "-i", "--json"} <= got["kvprov deploy -"]
+    assert {"--skip-tags", "--list-hosts", "--private-key", "-k", "--ask-pass", "-b", "--become", "--become-user",
+            "-K", "-u"} <= got["kvprov deploy -"]  # #39: ansible-playbook's connection and run options
     assert "--namespaces" not in got["kvprov deploy -"]  # check's, not deploy's
     assert got["kvprov storage "] == {"check"} and got["kvprov storage check --ju"] == {"--junit"}
     assert got["kvprov lab u"] == {"up"} and got["kvprov completion "] == {"bash", "zsh"}

@@ -92,3 +92,11 @@ def result(rc=0, failures=(), unreachable=()) -> runner.RunResult:
 ])
 def test_the_exit_code_says_unreachable_first_then_busy_only_when_every_failure_is_the_lock(r, code):
     assert converge.exit_code(r) == code
+
+
+def test_skip_tags_reach_the_run_only_when_given(tmp_path, ran):
+    """deploy --skip-tags (#39): ansible-playbook's --skip-tags, through ansible-runner's skip_tags."""
+    inv = inventory(tmp_path)
+    converge.converge([inv], "deploy", None, tags="engine", skip_tags="gds,nixl")
+    converge.converge([inv], "deploy", None)
+    assert [(kw["tags"], kw["skip_tags"]) for _, _, kw in ran] == [("engine", "gds,nixl"), (None, None)]

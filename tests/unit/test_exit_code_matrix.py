@@ -221,8 +221,8 @@ class Hosts:
         self.problems: list[str] = []  # what the fake was asked that a real run would not be
         self.crash = False
 
-    def run(self, playbook, inventory, *, name, extravars=None, limit=None, tags=None, check=False, diff=False,
-            stream=None, verbose=False, capture=None):
+    def run(self, playbook, inventory, *, name, extravars=None, limit=None, tags=None, skip_tags=None, check=False,
+            diff=False, stream=None, verbose=False, capture=None):
         self.calls.append((playbook, limit, check))
         if self.crash:  # FAKE: a bug below the command (e.g. in the event handler)
             raise RuntimeError("FAKE: the event handler met an event it did not expect")
