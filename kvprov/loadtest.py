@@ -180,7 +180,9 @@ def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instanc
 
 def open_tunnels(endpoints: list[Endpoint], stack: ExitStack) -> None:
     """Reach the endpoints on a host's loopback through an ssh tunnel per host (kvprov.tunnel),
-    closed with `stack`; a tunnel that does not open is that host's endpoints' problem."""
+    closed with `stack`; a tunnel that does not open is that host's endpoints' problem. The
+    URLs stay the engine's own (the JSON's); the clients connect to the tunnel's Unix sockets
+    (Endpoint.sockets), which only this user reaches."""
     from kvprov import tunnel
 
     by_host: dict[str, list[Endpoint]] = {}
@@ -192,21 +194,15 @@ def open_tunnels(endpoints: list[Endpoint], stack: ExitStack) -> None:
         ports = sorted({urlsplit(u).port for u in urls})
         _progress(f"{host}: the engine listens on its loopback: ssh tunnel for port(s) {','.join(map(str, ports))}")
         try:
-            local = stack.enter_context(tunnel.forward(host, eps[0].via, ports))
+            sockets = stack.enter_context(tunnel.forward(host, eps[0].via, ports))
         except KvprovError as e:
             for ep in eps:
                 ep.problem = str(e)
             continue
-
-        def moved(url: str) -> str:
-            parts = urlsplit(url)
-            if url not in urls:
-                return url
-            return parts._replace(netloc=f"127.0.0.1:{local[parts.port]}").geturl()
-
         for ep in eps:
             ep.tunnel = f"ssh tunnel to {host}'s {urlsplit(ep.url).netloc}"
-            ep.url, ep.metrics_urls = moved(ep.url), [moved(u) for u in ep.metrics_urls]
+            ep.sockets = {urlsplit(u).netloc: sockets[urlsplit(u).port] for u in [ep.url, *ep.metrics_urls]
+                          if u in urls}
 
 
 def load_inventory_endpoints(path: str | list[str], limit: str | None, instances: list[str] | None,

@@ -1,7 +1,8 @@
 """kvprov loadtest's talking to a server: the Endpoint (one OpenAI-compatible server and
 where its cache counters are), the HTTP clients that send requests to it alone -- Client for
 the JSON calls around the load, AsyncClient for the load itself (streamed inference from one
-event loop over kept-alive connections), both sending the API key to its API only --, an
+event loop over kept-alive connections), both sending the API key to its API only, over TCP
+or, through an ssh tunnel, its Unix socket (Endpoint.sockets) --, an
 Answer as it streams in, what it says when a server is down or refuses (EndpointError, answers cut and the key redacted), and
 the calls before any load: probe (/v1/models), wait_ready (an engine still starting),
 choose_api (chat or completions) and read_counters (its /metrics); and _progress, the
@@ -15,6 +16,7 @@ import asyncio
 import http.client
 import json
 import re
+import socket
 import ssl
 import sys
 import time
@@ -42,6 +44,9 @@ class Endpoint:
     ca_file: str | None = None  # https: the CA certificates to verify it with (None: the trust store)
     via: dict | None = field(default=None, repr=False)  # on the host's loopback: its connection variables
     tunnel: str | None = None  # how it is reached when through an ssh tunnel (said in the JSON)
+    # through an ssh tunnel: {a URL's host:port as the host sees it: the controller's Unix socket
+    # that reaches it} (kvprov.tunnel); the URLs keep the engine's own address
+    sockets: dict[str, str] = field(default_factory=dict, repr=False)
     max_model_len: int | None = None  # from /v1/models, else the inventory
     max_model_len_from: str = ""
     model: str | None = None  # served name, from /v1/models
@@ -70,11 +75,17 @@ class Client:
 
     def _conn(self, url: str) -> tuple[http.client.HTTPConnection, str]:
         parts = urlsplit(url)
+        path = self.ep.sockets.get(parts.netloc)  # through the tunnel's socket, to the same host:port
         if parts.scheme == "https":  # verified: the endpoint's CA file, else the trust store
             if self._tls is None:
                 self._tls = ssl.create_default_context(cafile=self.ep.ca_file)
+            if path:
+                return _UnixHTTPSConnection(path, parts.hostname, parts.port, timeout=self.timeout,
+                                            context=self._tls), parts.path or "/"
             return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=self.timeout,
                                                context=self._tls), parts.path or "/"
+        if path:
+            return _UnixHTTPConnection(path, parts.hostname, parts.port, timeout=self.timeout), parts.path or "/"
         return http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout), parts.path or "/"
 
     def _headers(self, url: str, body: bool) -> dict:
@@ -120,6 +131,74 @@ class Client:
         return value
 
 
+def _unix_socket(path: str, timeout: float) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client's connection through an ssh tunnel's Unix socket (Endpoint.sockets): the
+    request is the one to the engine's host and port (its Host header)."""
+
+    def __init__(self, socket_path: str, host: str, port: int | None, timeout: float):
+        super().__init__(host, port, timeout=timeout)
+        self.socket_path = socket_path
+
+    def connect(self) -> None:
+        self.sock = _unix_socket(self.socket_path, self.timeout)
+
+
+class _UnixHTTPSConnection(http.client.HTTPSConnection):
+    """The same for https: TLS over the socket, the certificate verified for the engine's own
+    host name or address (as over TCP), with the client's context."""
+
+    def __init__(self, socket_path: str, host: str, port: int | None, timeout: float, context: ssl.SSLContext):
+        super().__init__(host, port, timeout=timeout, context=context)
+        self.socket_path, self.tls = socket_path, context
+
+    def connect(self) -> None:
+        sock = _unix_socket(self.socket_path, self.timeout)
+        try:
+            self.sock = self.tls.wrap_socket(sock, server_hostname=self.host)
+        except BaseException:
+            sock.close()
+            raise
+
+
+def _unix_connector(path: str, tls: ssl.SSLContext | None):
+    """aiohttp's connector through an ssh tunnel's Unix socket: its UnixConnector, with TLS (which
+    that one does not do) verified for the request's host as TCPConnector verifies it, and its
+    errors (a certificate not trusted, TLS, the socket)."""
+    import aiohttp
+    from aiohttp.client_exceptions import UnixClientConnectorError
+
+    class Connector(aiohttp.UnixConnector):
+        async def _create_connection(self, req, traces, timeout):
+            hostname = (getattr(req, "server_hostname", None) or req.host).rstrip(".")
+            try:
+                async with asyncio.timeout(timeout.sock_connect):
+                    _, proto = await self._loop.create_unix_connection(
+                        self._factory, self.path, ssl=tls if req.is_ssl() else None,
+                        server_hostname=hostname if req.is_ssl() else None)
+            except ssl.SSLCertVerificationError as exc:
+                raise aiohttp.ClientConnectorCertificateError(req.connection_key, exc) from exc
+            except ssl.SSLError as exc:
+                raise aiohttp.ClientConnectorSSLError(req.connection_key, exc) from exc
+            except OSError as exc:
+                if exc.errno is None and isinstance(exc, asyncio.TimeoutError):
+                    raise
+                raise UnixClientConnectorError(self.path, req.connection_key, exc) from exc
+            return proto
+
+    return Connector(path, limit=0)
+
+
 class AsyncClient:
     """Streamed requests to one endpoint from one asyncio event loop: the load of a point (a
     wave of users, a closed or open loop), so that every request leaves when the load shape
@@ -142,8 +221,11 @@ class AsyncClient:
         trace = aiohttp.TraceConfig()
         trace.on_request_headers_sent.append(_note_sent)
         tls = ssl.create_default_context(cafile=self.ep.ca_file) if urlsplit(self.ep.url).scheme == "https" else True
+        path = self.ep.sockets.get(urlsplit(self.ep.url).netloc)  # through the tunnel's socket
+        connector = _unix_connector(path, tls if tls is not True else None) if path else \
+            aiohttp.TCPConnector(limit=0, ssl=tls)
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ssl=tls), trace_configs=[trace], trust_env=False,
+            connector=connector, trace_configs=[trace], trust_env=False,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=self.timeout))
         return self
 
@@ -292,8 +374,9 @@ def _oserror(e: Exception) -> str:
     if isinstance(e, TimeoutError) or "timed out" in str(e):
         return "timed out"
     if isinstance(e, ssl.SSLCertVerificationError):
-        return (f"TLS: the engine's certificate is not trusted ({e.verify_message}; the CA goes in "
-                "kvprov_engine_tls_ca_file, or --cacert with --url)")
+        why = getattr(e, "certificate_error", e)  # aiohttp's is one too, with ssl's inside (no verify_message)
+        return (f"TLS: the engine's certificate is not trusted ({getattr(why, 'verify_message', None) or why}; "
+                "the CA goes in kvprov_engine_tls_ca_file, or --cacert with --url)")
     return getattr(e, "strerror", None) or str(e) or type(e).__name__
 
 

@@ -4,13 +4,22 @@ connection (address, port, user, key, ssh arguments and jump host as the invento
 ansible.cfg say), opened before the first request and closed at the end. Nothing on the host
 changes and no engine port is opened to the network.
 
-`ssh_argv` is pure (unit-tested); `forward` runs ssh."""
+On the controller the forward ends in a Unix socket, not a TCP port (#38): `<dir>/<port>.sock`
+in a fresh directory of mkdtemp's (mode 0700, the controller user's), the socket itself 0600
+(ssh's StreamLocalBindMask), the directory removed at the close. A loopback port was open to
+every account of the controller while the tunnel lasted, and one that bound it first (between
+a probe and ssh's bind) got the prompts and the API key; the socket is reachable by its owner
+only, and no TCP port is opened at all. The clients (kvprov/loadtest_client.py) connect to it
+and still speak to the engine's own address (Host, TLS name).
+
+`ssh_argv` and `forward_argv` are pure (unit-tested); `forward` runs ssh."""
 
 from __future__ import annotations
 
 import configparser
 import os
 import shlex
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -66,28 +75,52 @@ def ssh_argv(name: str, values: dict, defaults: dict[str, str]) -> list[str]:
                    var("ansible_host", "ansible_ssh_host") or name]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# before the host's own options (ssh takes the first value of an option): ansible_ssh_args or
+# ansible.cfg's ssh_args cannot make the socket readable by others nor fail on a leftover file
+SOCKET_OPTIONS = ["-o", "StreamLocalBindMask=0177", "-o", "StreamLocalBindUnlink=yes"]
+
+
+def forward_argv(argv: list[str], sockets: dict[int, str]) -> list[str]:
+    """ssh_argv's command with the forwards: each of the host's loopback ports (`sockets` {remote
+    port: controller socket path}) to its Unix socket, created 0600 (StreamLocalBindMask 0177)."""
+    forwards = [w for port, path in sockets.items() for w in ("-L", f"{path}:127.0.0.1:{port}")]
+    return argv[:1] + SOCKET_OPTIONS + argv[1:-1] + forwards + argv[-1:]
+
+
+def _answers(path: str) -> bool:
+    """Whether the forward's socket is there and ssh accepts a connection on it."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(1)
+        return s.connect_ex(path) == 0
 
 
 @contextmanager
 def forward(name: str, values: dict, ports: list[int], timeout: float = 30,
-            defaults: dict[str, str] | None = None) -> Iterator[dict[int, int]]:
-    """Forward each of the host's loopback `ports` to a free local port: {remote port: local
-    port} while open. Raises KvprovError (naming the host and ssh's own words) when ssh fails."""
-    local = {p: _free_port() for p in ports}
-    argv = ssh_argv(name, values, connection_defaults() if defaults is None else defaults)
-    for remote, mine in local.items():
-        argv[-1:-1] = ["-L", f"127.0.0.1:{mine}:127.0.0.1:{remote}"]
+            defaults: dict[str, str] | None = None) -> Iterator[dict[int, str]]:
+    """Forward each of the host's loopback `ports` to a Unix socket on the controller, in a
+    directory of its own only this user reaches: {remote port: socket path} while open; the
+    directory is removed at the end. Raises KvprovError (naming the host and ssh's own words)
+    when ssh fails."""
+    directory = tempfile.mkdtemp(prefix="kvprov-tunnel-")  # 0700, this user's
+    try:
+        local = {p: os.path.join(directory, f"{p}.sock") for p in ports}
+        argv = forward_argv(ssh_argv(name, values, connection_defaults() if defaults is None else defaults), local)
+        with _ssh(name, argv, list(local.values()), timeout):
+            yield local
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextmanager
+def _ssh(name: str, argv: list[str], sockets: list[str], timeout: float) -> Iterator[None]:
+    """ssh running while open, once every socket answers; stopped (and waited for) at the end."""
     # ssh's messages to a file: a pipe nobody reads during a long run (a message per refused
     # connection while an engine restarts) would fill and stop ssh
     errors = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors, text=True)
     try:
         end = time.monotonic() + timeout
-        waiting = set(local.values())
+        waiting = set(sockets)
         while waiting:
             if proc.poll() is not None:
                 errors.seek(0)
@@ -95,13 +128,9 @@ def forward(name: str, values: dict, ports: list[int], timeout: float = 30,
                                   f"{errors.read().strip()[-500:] or f'ssh exited {proc.returncode}'}")
             if time.monotonic() > end:
                 raise KvprovError(f"{name}: the ssh tunnel to its engine did not open within {timeout:g} s")
-            for port in list(waiting):
-                with socket.socket() as s:
-                    s.settimeout(1)
-                    if s.connect_ex(("127.0.0.1", port)) == 0:
-                        waiting.discard(port)
+            waiting = {path for path in waiting if not _answers(path)}
             time.sleep(0.1)
-        yield local
+        yield
     finally:
         proc.terminate()
         try:

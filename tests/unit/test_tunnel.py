@@ -1,12 +1,16 @@
-"""kvprov/tunnel.py: the ssh command that reaches a host as Ansible's ssh connection would
-(pure), and a real forward through this machine's own sshd when one runs here."""
+"""kvprov/tunnel.py: the ssh command that reaches a host as Ansible's ssh connection would and
+its forwards to Unix sockets (pure), and the real ssh failing to reach a host. The real ssh's
+forward through a real SSH server: tests/unit/test_tunnel_socket.py."""
 
 from __future__ import annotations
+
+import os
+import tempfile
 
 import pytest
 
 from kvprov.errors import KvprovError
-from kvprov.tunnel import forward, ssh_argv
+from kvprov.tunnel import forward, forward_argv, ssh_argv
 
 
 def test_the_hosts_connection_variables_come_first_and_the_configuration_fills_in():
@@ -40,7 +44,25 @@ def test_the_command_lines_user_is_taken_as_ansible_playbook_takes_it(monkeypatc
     assert "User=cfg" in ssh_argv("gpu7", {}, {"remote_user": "cfg"})
 
 
-def test_a_tunnel_that_cannot_open_names_the_host_and_ssh_says_why():
+def test_the_forwards_go_to_unix_sockets_with_their_options_ahead_of_the_hosts():
+    """#38: each port to its socket (no TCP port on the controller); the socket's mode mask and the
+    unlink of a leftover first, where ssh_args or ansible_ssh_args cannot override them (ssh takes
+    an option's first value)."""
+    argv = ssh_argv("gpu7", {"ansible_ssh_args": "-o StreamLocalBindMask=0000 -C", "ansible_user": "ops"}, {})
+    before = list(argv)
+    assert forward_argv(argv, {8000: "/d/8000.sock", 19000: "/d/19000.sock"}) == [
+        "ssh", "-o", "StreamLocalBindMask=0177", "-o", "StreamLocalBindUnlink=yes",
+        "-o", "StreamLocalBindMask=0000", "-C", "-o", "User=ops", "-o", "BatchMode=yes",
+        "-o", "ExitOnForwardFailure=yes", "-N",
+        "-L", "/d/8000.sock:127.0.0.1:8000", "-L", "/d/19000.sock:127.0.0.1:19000", "gpu7"]
+    assert argv == before  # the caller's list untouched
+    assert forward_argv(["ssh", "-N", "h"], {}) == ["ssh", "-o", "StreamLocalBindMask=0177", "-o",
+                                                    "StreamLocalBindUnlink=yes", "-N", "h"]
+
+
+def test_a_tunnel_that_cannot_open_names_the_host_and_ssh_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(KvprovError, match=r"^gpu7: the ssh tunnel to its engine did not open: .+"):
         with forward("gpu7", {"ansible_host": "127.0.0.1", "ansible_port": 1}, [8000], timeout=20, defaults={}):
             pass
+    assert os.listdir(tmp_path) == []  # its socket directory removed

@@ -1,7 +1,8 @@
 """kvprov/tunnel.py's forward() against a FAKE ssh (first on PATH: it records its argv and
-listens on each -L port, or fails as ssh does), and ssh_argv's aliases and defaults (#41 item 1):
-the forward opens only once every port answers, says ssh's own words when it fails, and leaves
-no ssh process or descriptor behind."""
+listens on each -L socket, or fails as ssh does), and ssh_argv's aliases and defaults (#41 item 1):
+the forward opens only once every socket answers, says ssh's own words when it fails, and leaves
+no ssh process, descriptor or socket directory behind. The real ssh's forward (the socket's
+mode, other accounts refused, no TCP port): tests/unit/test_tunnel_socket.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import socket
 import stat
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -34,14 +36,16 @@ FAKE = textwrap.dedent("""\
         open(os.path.join(state, "terminated"), "w").close()
         sys.exit(0)
     signal.signal(signal.SIGTERM, terminated)
+    specs = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "-L"]
+    if mode == "file":  # a socket file nobody listens on (a dead ssh's leftover): not ready
+        for spec in specs:
+            socket.socket(socket.AF_UNIX).bind(spec.split(":")[0])
     if mode == "listen":
-        specs = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "-L"]
         time.sleep(0.2)  # ssh takes a moment to listen: forward() must wait for it
         socks = []
         for spec in specs:
-            s = socket.socket()
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", int(spec.split(":")[1])))
+            s = socket.socket(socket.AF_UNIX)
+            s.bind(spec.split(":")[0])
             s.listen()
             socks.append(s)
     time.sleep(60)
@@ -77,20 +81,39 @@ def fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
 
-def test_a_forward_opens_once_every_port_answers_and_ssh_goes_at_the_end(ssh):
+def test_a_forward_opens_once_every_socket_answers_and_ssh_and_the_directory_go_at_the_end(ssh):
     before = fds()
     with tunnel.forward("gpu7", {"ansible_host": "10.0.0.7"}, [8000, 8001], timeout=20,
-                        defaults={"remote_user": "ops"}) as local:
-        assert sorted(local) == [8000, 8001] and len(set(local.values())) == 2
-        for port in local.values():
-            with socket.create_connection(("127.0.0.1", port), timeout=5):
-                pass
+                        defaults={"remote_user": "ops", "ssh_args": "-o StreamLocalBindMask=0"}) as local:
+        assert sorted(local) == [8000, 8001]
+        d = os.path.dirname(local[8000])
+        assert local == {8000: f"{d}/8000.sock", 8001: f"{d}/8001.sock"}
+        assert os.path.basename(d).startswith("kvprov-tunnel-")
+        st = os.lstat(d)
+        assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
+        for path in local.values():
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(5)
+                s.connect(path)
         seen = json.loads((ssh / "argv.json").read_text())
-    assert seen["argv"] == ["-o", "User=ops", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-N",
-                            "-L", f"127.0.0.1:{local[8000]}:127.0.0.1:8000",
-                            "-L", f"127.0.0.1:{local[8001]}:127.0.0.1:8001", "10.0.0.7"]
+    # the socket's options first: ssh takes the first value of an option, so ssh_args cannot undo them
+    assert seen["argv"] == ["-o", "StreamLocalBindMask=0177", "-o", "StreamLocalBindUnlink=yes",
+                            "-o", "StreamLocalBindMask=0", "-o", "User=ops",
+                            "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-N",
+                            "-L", f"{d}/8000.sock:127.0.0.1:8000", "-L", f"{d}/8001.sock:127.0.0.1:8001", "10.0.0.7"]
+    assert "-L" not in tunnel.ssh_argv("gpu7", {}, {})  # ssh_argv alone: no forward
     assert (ssh / "terminated").exists() and gone(seen["pid"])  # asked to stop (SIGTERM), and waited for
+    assert not os.path.lexists(d)  # the directory and its sockets removed
     assert fds() <= before  # ssh's message file closed too
+
+
+def test_each_forward_gets_a_directory_of_its_own(ssh):
+    with tunnel.forward("gpu7", {}, [8000], timeout=20, defaults={}) as a:
+        with tunnel.forward("gpu8", {}, [8000], timeout=20, defaults={}) as b:
+            assert os.path.dirname(a[8000]) != os.path.dirname(b[8000])
+            assert os.path.exists(a[8000]) and os.path.exists(b[8000])
+        assert os.path.exists(a[8000]) and not os.path.lexists(os.path.dirname(b[8000]))
+    assert not os.path.lexists(os.path.dirname(a[8000]))
 
 
 def test_the_configuration_is_read_only_when_no_defaults_are_given(ssh, monkeypatch):
@@ -103,15 +126,31 @@ def test_the_configuration_is_read_only_when_no_defaults_are_given(ssh, monkeypa
     assert not any(w.startswith("User=") for w in json.loads((ssh / "argv.json").read_text())["argv"])
 
 
-def test_ssh_failing_is_said_in_its_own_words(ssh, monkeypatch):
+def test_ssh_failing_is_said_in_its_own_words(ssh, monkeypatch, tmp_path):
     monkeypatch.setenv("FAKE_SSH_MODE", "fail")
     monkeypatch.setenv("FAKE_SSH_ERR", "Permission denied (publickey).\n")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     before = fds()
     with pytest.raises(KvprovError) as e:
         with tunnel.forward("gpu7", {}, [8000], timeout=20, defaults={}):
             pytest.fail("opened")
     assert str(e.value) == "gpu7: the ssh tunnel to its engine did not open: Permission denied (publickey)."
     assert fds() <= before
+    assert list((tmp_path / "tmp").iterdir()) == []  # its socket directory removed too
+    assert any(a.startswith(f"{tmp_path}/tmp/kvprov-tunnel-") for a in json.loads(
+        (ssh / "argv.json").read_text())["argv"])
+
+
+def test_the_directory_goes_when_the_caller_fails_too(ssh, monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    with pytest.raises(RuntimeError):
+        with tunnel.forward("gpu7", {}, [8000], timeout=20, defaults={}) as local:
+            assert os.path.dirname(os.path.dirname(local[8000])) == str(tmp_path / "tmp")
+            raise RuntimeError("the load failed")
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert (ssh / "terminated").exists()
 
 
 def test_a_long_message_is_cut_to_its_last_500_characters(ssh, monkeypatch):
@@ -130,8 +169,9 @@ def test_ssh_exiting_without_a_word_is_said_by_its_status(ssh, monkeypatch):
             pass
 
 
-def test_a_port_that_never_answers_times_out_and_ssh_is_stopped(ssh, monkeypatch):
-    monkeypatch.setenv("FAKE_SSH_MODE", "hang")
+@pytest.mark.parametrize("mode", ["hang", "file"])
+def test_a_socket_that_never_answers_times_out_and_ssh_is_stopped(ssh, monkeypatch, mode):
+    monkeypatch.setenv("FAKE_SSH_MODE", mode)
     t = time.monotonic()
     with pytest.raises(KvprovError, match=r"^gpu7: the ssh tunnel to its engine did not open within 0.6 s$"):
         with tunnel.forward("gpu7", {}, [8000], timeout=0.6, defaults={}):
@@ -139,14 +179,6 @@ def test_a_port_that_never_answers_times_out_and_ssh_is_stopped(ssh, monkeypatch
     assert 0.6 <= time.monotonic() - t < 15
     pid = json.loads((ssh / "argv.json").read_text())["pid"]
     assert (ssh / "terminated").exists() and gone(pid)
-
-
-def test_free_ports_are_real_distinct_unprivileged_ports():
-    ports = {tunnel._free_port() for _ in range(5)}
-    assert len(ports) == 5 and all(p >= 1024 for p in ports)
-    for p in ports:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", p))  # free: nothing holds it
 
 
 # ---------------------------------------------------------------------------- ssh_argv
