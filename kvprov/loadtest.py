@@ -36,7 +36,7 @@ run; an instance no other host shares a namespace with is named, with why, and e
 Exit 0: every endpoint measured without an error; 1: an endpoint was down, answered
 errors or is not OpenAI-compatible (one line each; the others are still measured);
 2: usage error, a prompt longer than the model's context (refused before any request) or
-a bad inventory; 4: matplotlib missing for the chart (the JSON is written); 130: Ctrl-C
+a bad inventory; 4: the loadtest extra not installed (pip install 'kvprov[loadtest]'); 130: Ctrl-C
 (what was measured is written).
 """
 
@@ -58,7 +58,7 @@ from urllib.parse import urlsplit
 
 from kvprov import inventory
 from kvprov.check import TIERLESS_ENGINES
-from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_USAGE, KvprovError
+from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_ENVIRONMENT, EXIT_OK, EXIT_USAGE, KvprovError
 from kvprov.loadtest_client import (AsyncClient, Client, Endpoint, EndpointError, _progress, choose_api, read_counters,
                                     wait_ready)
 from kvprov.loadtest_metrics import (cache_summary, counter_delta, cross_host_rows, delivery, engine_view,
@@ -69,6 +69,27 @@ from kvprov.loadtest_metrics import cache_counters  # noqa: F401  (engine_sglang
 from kvprov.loadtest_workload import (Conversation, TokenCounter, context_problems, make_conversations,
                                       token_counter)
 from kvprov.validate.report import clean as printable
+
+# The loadtest extra (pyproject.toml), which a core install lacks: this module and its helpers import
+# them only inside the functions that use them (validate imports this module), so a run checks first.
+EXTRA = ("aiohttp", "matplotlib", "tokenizers")
+
+
+def require_extra(command: str = "kvprov loadtest") -> None:
+    """One line and exit 4 (environment) where the extra is missing, never an ImportError's traceback."""
+    import importlib.util
+
+    def installed(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except ValueError:  # sys.modules holds None for it: its import is blocked
+            return False
+
+    missing = [name for name in EXTRA if not installed(name)]
+    if missing:
+        raise KvprovError(f"{command} needs the loadtest extra: pip install 'kvprov[loadtest]' "
+                          f"(not installed: {', '.join(missing)})", EXIT_ENVIRONMENT)
+
 
 FORMAT = 1
 INTERRUPTED = 130
@@ -635,6 +656,7 @@ def roundtrip(sources: list[str], limit: str | None) -> list:
     restart of its units and a replay (the same path as `kvprov loadtest --replay`); then, per
     namespace shared by several hosts, the warmed prefix of each instance replayed on another
     host's instance, restarted first (`kvprov loadtest --cross-host`)."""
+    require_extra("kvprov validate --engine-roundtrip")
     with ExitStack() as tunnels:
         eps = load_inventory_endpoints(sources, limit, None, None)
         open_tunnels(eps, tunnels)
@@ -679,6 +701,7 @@ def _stamp() -> str:
 
 
 def cmd_loadtest(args) -> int:
+    require_extra()
     with ExitStack() as tunnels:  # ssh tunnels to engines on a host's loopback, closed at the end
         return _loadtest(args, tunnels)
 

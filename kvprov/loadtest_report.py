@@ -177,7 +177,7 @@ def _pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise KvprovError("matplotlib is not installed (pip install matplotlib, or scripts/install-deps): "
+        raise KvprovError("matplotlib is not installed (the loadtest extra: pip install 'kvprov[loadtest]'): "
                           "the JSON is written, the chart and the HTML are not", EXIT_ENVIRONMENT) from None
     return plt
 
