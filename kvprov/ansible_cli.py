@@ -3,7 +3,7 @@
 `--become-method`, `--become-user`, `-K/--ask-become-pass`, `--become-password-file`, `-v`. kvprov applies
 extra vars itself where it reads the inventory (the highest precedence, as in Ansible) and passes all of
 them to every ansible-playbook it starts (kvprov.runner); `-u` reaches kvprov's own ssh tunnel too
-(kvprov.tunnel reads remote_user(); private_key() holds `--private-key` for it, not read yet). `-k` and `-K`
+(kvprov.tunnel reads remote_user() and private_key()). `-k` and `-K`
 ask once; each password then lives in a root-only file in a private directory for the command's life
 (kvprov.vault's), and ansible-playbook gets the file's name (`--connection-password-file`,
 `--become-password-file`), never the password: it is in no command line, run artifact or report."""

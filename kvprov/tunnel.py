@@ -61,7 +61,8 @@ def ssh_argv(name: str, values: dict, defaults: dict[str, str]) -> list[str]:
     argv += shlex.split(var("ansible_ssh_args") or defaults.get("ssh_args", ""))
     if str(defaults.get("host_key_checking", "True")).lower() in ("false", "no", "0", "off"):
         argv += ["-o", "StrictHostKeyChecking=no"]
-    key = var("ansible_ssh_private_key_file", "ansible_private_key_file") or defaults.get("private_key_file")
+    key = (var("ansible_ssh_private_key_file", "ansible_private_key_file") or ansible_cli.private_key()
+           or defaults.get("private_key_file"))
     if key:
         argv += ["-o", f"IdentityFile={os.path.expanduser(key)}", "-o", "IdentitiesOnly=yes"]
     user = var("ansible_user", "ansible_ssh_user") or ansible_cli.remote_user() or defaults.get("remote_user")

@@ -44,6 +44,21 @@ def test_the_command_lines_user_is_taken_as_ansible_playbook_takes_it(monkeypatc
     assert "User=cfg" in ssh_argv("gpu7", {}, {"remote_user": "cfg"})
 
 
+def test_the_command_lines_private_key_is_taken_as_ansible_playbook_takes_it(monkeypatch, tmp_path):
+    """#39: kvprov --private-key FILE reaches the tunnel too: above the configuration's
+    private_key_file, below a host's ansible_ssh_private_key_file."""
+    from kvprov import ansible_cli, cli
+
+    key = tmp_path / "id_deploy"
+    key.write_text("key\n")
+    monkeypatch.setattr(ansible_cli, "_key", [])
+    ansible_cli.configure(cli.build_parser().parse_args(["loadtest", "inv.yml", "--private-key", str(key)]))
+    assert f"IdentityFile={key}" in ssh_argv("gpu7", {}, {"private_key_file": "/etc/k"})
+    assert "IdentityFile=/h/k" in ssh_argv("gpu7", {"ansible_ssh_private_key_file": "/h/k"}, {"private_key_file": "/etc/k"})
+    ansible_cli.configure(cli.build_parser().parse_args(["loadtest", "inv.yml"]))
+    assert "IdentityFile=/etc/k" in ssh_argv("gpu7", {}, {"private_key_file": "/etc/k"})
+
+
 def test_the_forwards_go_to_unix_sockets_with_their_options_ahead_of_the_hosts():
     """#38: each port to its socket (no TCP port on the controller); the socket's mode mask and the
     unlink of a leftover first, where ssh_args or ansible_ssh_args cannot override them (ssh takes
