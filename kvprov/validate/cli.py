@@ -60,6 +60,10 @@ def cmd_validate(args) -> int:
     judge = sources if args.bundle else []  # the inventory the given bundles are judged against
     if args.engine_roundtrip and not live:
         raise KvprovError("--engine-roundtrip restarts live engines: give an INVENTORY, without --bundle", EXIT_USAGE)
+    if args.engine_roundtrip:  # before any host is contacted, not after the collection and bench
+        from kvprov import loadtest
+
+        loadtest.require_extra("kvprov validate --engine-roundtrip")
     if getattr(args, "list_hosts", False):  # the playbooks a live run starts (after collect.yml, on its hosts)
         if not live:
             raise KvprovError("--list-hosts lists the live hosts a run contacts: give an INVENTORY, without --bundle",

@@ -208,3 +208,18 @@ def test_a_missing_package_of_the_extra_is_one_line_and_exit_4(monkeypatch, caps
     with pytest.raises(KvprovError, match=re.escape(f"kvprov validate --engine-roundtrip {LOADTEST_HINT}")) as e:
         loadtest.roundtrip(["no-such-inventory.yml"], None)
     assert e.value.exit_code == EXIT_ENVIRONMENT
+
+
+def test_validate_engine_roundtrip_without_the_extra_stops_before_any_host_is_contacted(monkeypatch, capsys, tmp_path):
+    """The refusal comes first: no collection or bench runs (they would take minutes, then lose
+    the report to the missing extra)."""
+    from kvprov import cli
+    from kvprov.validate import collect
+
+    monkeypatch.setitem(sys.modules, "aiohttp", None)
+    monkeypatch.setattr(collect, "collect", lambda *a, **k: pytest.fail("a host was contacted"))
+    inv = tmp_path / "inv.yml"
+    inv.write_text("all:\n  hosts:\n    gpu1:\n")
+    assert cli.main(["validate", str(inv), "--engine-roundtrip"]) == EXIT_ENVIRONMENT
+    assert capsys.readouterr().err == (f"kvprov: error: kvprov validate --engine-roundtrip {LOADTEST_HINT} "
+                                       "(not installed: aiohttp)\n")
