@@ -79,6 +79,7 @@ def ssh_argv(name: str, values: dict, defaults: dict[str, str]) -> list[str]:
 # before the host's own options (ssh takes the first value of an option): ansible_ssh_args or
 # ansible.cfg's ssh_args cannot make the socket readable by others nor fail on a leftover file
 SOCKET_OPTIONS = ["-o", "StreamLocalBindMask=0177", "-o", "StreamLocalBindUnlink=yes"]
+SOCKET_PATH_MAX = 107
 
 
 def forward_argv(argv: list[str], sockets: dict[int, str]) -> list[str]:
@@ -86,6 +87,15 @@ def forward_argv(argv: list[str], sockets: dict[int, str]) -> list[str]:
     port: controller socket path}) to its Unix socket, created 0600 (StreamLocalBindMask 0177)."""
     forwards = [w for port, path in sockets.items() for w in ("-L", f"{path}:127.0.0.1:{port}")]
     return argv[:1] + SOCKET_OPTIONS + argv[1:-1] + forwards + argv[-1:]
+
+
+def _socket_dir() -> str:
+    """A fresh directory (0700, this user's) for the sockets: in the temporary directory where a
+    socket's path fits in sun_path (108 bytes with its NUL), else in /tmp."""
+    base = tempfile.gettempdir()
+    if len(os.path.join(base, "kvprov-tunnel-xxxxxxxx", "65535.sock").encode()) > SOCKET_PATH_MAX:
+        base = "/tmp"
+    return tempfile.mkdtemp(prefix="kvprov-tunnel-", dir=base)
 
 
 def _answers(path: str) -> bool:
@@ -102,7 +112,7 @@ def forward(name: str, values: dict, ports: list[int], timeout: float = 30,
     directory of its own only this user reaches: {remote port: socket path} while open; the
     directory is removed at the end. Raises KvprovError (naming the host and ssh's own words)
     when ssh fails."""
-    directory = tempfile.mkdtemp(prefix="kvprov-tunnel-")  # 0700, this user's
+    directory = _socket_dir()
     try:
         local = {p: os.path.join(directory, f"{p}.sock") for p in ports}
         argv = forward_argv(ssh_argv(name, values, connection_defaults() if defaults is None else defaults), local)

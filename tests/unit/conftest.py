@@ -1,7 +1,9 @@
 """Fixtures several unit test files share."""
 
+import shutil
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -28,3 +30,15 @@ def nixl_python(tmp_path_factory) -> str:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", site,
                     *map(str, wheels)], check=True, capture_output=True, timeout=600)
     return python
+
+
+@pytest.fixture
+def short_tmp(monkeypatch):
+    """tempfile's directory, short enough for a socket's path wherever pytest keeps tmp_path
+    (xdist's are too long for kvprov's tunnel sockets, which then go to /tmp): its `tmp` is the directory the
+    test looks into."""
+    d = Path(tempfile.mkdtemp(prefix="kvt-", dir="/tmp"))
+    (d / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(d / "tmp"))
+    yield d
+    shutil.rmtree(d)

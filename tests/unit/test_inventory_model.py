@@ -110,7 +110,9 @@ def test_the_inventory_arguments_of_every_command():
     parser = argparse.ArgumentParser(prog="kvprov check")
     inventory.add_inventory_args(parser)
     usage = " ".join(parser.format_usage().split())
-    assert usage.startswith("usage: kvprov check [-h] [-i SOURCE] [-e VARS] [-u USER] [-f N] [-K]")
+    assert usage.startswith("usage: kvprov check [-h] [-i SOURCE] [-e VARS] [-u USER] [--private-key FILE] "
+                            "[-k | --connection-password-file FILE] [-f N] [-b] [--become-method METHOD] "
+                            "[--become-user USER] [-K | --become-password-file FILE]")
     assert usage.endswith("[--vault-id [LABEL@]SOURCE] [--vault-password-file FILE] [-J] [INVENTORY]")
     assert "the inventory: whatever ansible-inventory -i takes" in parser.format_help()
     args = parser.parse_args(["a.ini", "-i", "b.yml", "-i", "c"])

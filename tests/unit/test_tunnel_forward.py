@@ -126,11 +126,10 @@ def test_the_configuration_is_read_only_when_no_defaults_are_given(ssh, monkeypa
     assert not any(w.startswith("User=") for w in json.loads((ssh / "argv.json").read_text())["argv"])
 
 
-def test_ssh_failing_is_said_in_its_own_words(ssh, monkeypatch, tmp_path):
+def test_ssh_failing_is_said_in_its_own_words(ssh, monkeypatch, short_tmp):
     monkeypatch.setenv("FAKE_SSH_MODE", "fail")
     monkeypatch.setenv("FAKE_SSH_ERR", "Permission denied (publickey).\n")
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
+    tmp_path = short_tmp
     before = fds()
     with pytest.raises(KvprovError) as e:
         with tunnel.forward("gpu7", {}, [8000], timeout=20, defaults={}):
@@ -142,15 +141,40 @@ def test_ssh_failing_is_said_in_its_own_words(ssh, monkeypatch, tmp_path):
         (ssh / "argv.json").read_text())["argv"])
 
 
-def test_the_directory_goes_when_the_caller_fails_too(ssh, monkeypatch, tmp_path):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
+def test_the_directory_goes_when_the_caller_fails_too(ssh, monkeypatch, short_tmp):
+    tmp_path = short_tmp
     with pytest.raises(RuntimeError):
         with tunnel.forward("gpu7", {}, [8000], timeout=20, defaults={}) as local:
             assert os.path.dirname(os.path.dirname(local[8000])) == str(tmp_path / "tmp")
             raise RuntimeError("the load failed")
     assert list((tmp_path / "tmp").iterdir()) == []
     assert (ssh / "terminated").exists()
+
+
+def test_a_long_temporary_directory_puts_the_sockets_in_tmp(ssh, monkeypatch, tmp_path):
+    """A socket's path must fit in sun_path (108 bytes): with a longer TMPDIR the directory goes to
+    /tmp (it was an internal error, 'AF_UNIX path too long'); one that fits stays in TMPDIR."""
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    with tunnel.forward("gpu7", {}, [8000], timeout=20, defaults={}) as local:
+        assert os.path.dirname(os.path.dirname(local[8000])) == "/tmp" and len(local[8000]) <= 107
+        assert stat.S_IMODE(os.stat(os.path.dirname(local[8000])).st_mode) == 0o700
+    assert not os.path.exists(os.path.dirname(local[8000]))
+    fits = "/tmp/" + "f" * (107 - len("/tmp/") - len("/kvprov-tunnel-xxxxxxxx/65535.sock"))
+    os.mkdir(fits)
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", fits)
+        with tunnel.forward("gpu7", {}, [8000], timeout=20, defaults={}) as local:
+            assert os.path.dirname(os.path.dirname(local[8000])) == fits
+        monkeypatch.setattr(tempfile, "tempdir", fits + "g")
+        os.mkdir(fits + "g")
+        with tunnel.forward("gpu7", {}, [8000], timeout=20, defaults={}) as local:
+            assert os.path.dirname(os.path.dirname(local[8000])) == "/tmp"
+    finally:
+        os.rmdir(fits)
+        if os.path.isdir(fits + "g"):
+            os.rmdir(fits + "g")
 
 
 def test_a_long_message_is_cut_to_its_last_500_characters(ssh, monkeypatch):

@@ -360,7 +360,8 @@ def _inventory(tmp_path: Path, sshd: Sshd, key: Path, api: int, metrics: int) ->
     return inv
 
 
-def test_loadtest_reaches_a_loopback_engine_through_the_tunnels_socket(host, standins, tmp_path, monkeypatch):
+def test_loadtest_reaches_a_loopback_engine_through_the_tunnels_socket(host, standins, tmp_path, monkeypatch,
+                                                                        short_tmp):
     """The real CLI against an inventory host whose engine listens on its loopback: every request
     (the API with the key, the engine's and LMCache's /metrics without) crosses the tunnel; the
     JSON names the engine's address on the host and the tunnel; the socket directory is gone."""
@@ -370,8 +371,7 @@ def test_loadtest_reaches_a_loopback_engine_through_the_tunnels_socket(host, sta
     engine, server = standins(key="sk-inventory-key", lmcache=False), standins(vllm=False)
     sshd, port = host({"api": int(engine.url.rsplit(":", 1)[1]), "metrics": int(server.url.rsplit(":", 1)[1])})
     inv = _inventory(tmp_path, sshd, key, port["api"], port["metrics"])
-    (tmp_path / "tmp").mkdir()
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setenv("TMPDIR", str(short_tmp / "tmp"))
     out = tmp_path / "run"
     r = kvprov("loadtest", str(inv), "--instances", "main", "--prompt-tokens", "64", "--turns", "2",
                "--output-tokens", "4", "--turn-tokens", "16", "--out", str(out), timeout=180)
@@ -388,11 +388,11 @@ def test_loadtest_reaches_a_loopback_engine_through_the_tunnels_socket(host, sta
     assert all(a == (None if p == "/metrics" else "Bearer sk-inventory-key") for _, p, a in engine.seen)
     assert len(engine.posts()) >= 2 and [(p, a) for _, p, a in server.seen] == [("/metrics", None)] * 4
     assert {d[1] for d in sshd.opened} == set(port.values())
-    assert list((tmp_path / "tmp").iterdir()) == []  # the socket directory removed at the end
+    assert list((short_tmp / "tmp").iterdir()) == []  # the socket directory removed at the end
     assert "sk-inventory-key" not in (out / "loadtest.json").read_text() + r.stdout + r.stderr
 
 
-def test_validates_round_trip_goes_through_the_tunnels_socket(host, standins, tmp_path, monkeypatch):
+def test_validates_round_trip_goes_through_the_tunnels_socket(host, standins, tmp_path, monkeypatch, short_tmp):
     """validate --engine-roundtrip's warm-up, wait after the restart and replay through the tunnel
     (the restart itself, an Ansible play, stands aside: the stand-in keeps running)."""
     key = tmp_path / "api-key"
@@ -407,18 +407,16 @@ def test_validates_round_trip_goes_through_the_tunnels_socket(host, standins, tm
         restarted.append((ep.url, dict(ep.sockets)))
         ltc.wait_ready(ep, probe_timeout, timeout, " after the restart")
     monkeypatch.setattr(lt, "restart_engine", restart)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
     [result] = lt.roundtrip([str(inv)], None)
     assert (result.id, result.status) == ("engine.main.roundtrip", "pass"), result
     [(url, sockets)] = restarted
     assert url == f"http://127.0.0.1:{port['api']}"
     assert set(sockets) == {f"127.0.0.1:{port['api']}", f"127.0.0.1:{port['metrics']}"}
-    assert all(os.path.dirname(p).startswith(str(tmp_path / "tmp") + "/kvprov-tunnel-") for p in sockets.values())
+    assert all(os.path.dirname(p).startswith(str(short_tmp / "tmp") + "/kvprov-tunnel-") for p in sockets.values())
     assert len(engine.posts()) >= 2 and all(a == (None if p == "/metrics" else "Bearer sk-roundtrip-key")
                                             for _, p, a in engine.seen)
     assert {d[1] for d in sshd.opened} == set(port.values())
-    assert list((tmp_path / "tmp").iterdir()) == []
+    assert list((short_tmp / "tmp").iterdir()) == []
 
 
 def test_a_local_host_is_reached_directly_without_a_tunnel(standins, monkeypatch):
