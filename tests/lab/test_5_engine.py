@@ -561,9 +561,11 @@ def test_a_greedy_answer_served_from_the_tier_equals_the_cold_one_and_a_dtype_ch
         engine, tmp_path):
     """The cache's bar (#37): a greedy completion whose prompt comes back from L2 after both units
     restart (GPU, DRAM and L1 empty) is the cold one, token for token (the baseline test below
-    compares it with the same vLLM with no tier at all). Then a keying change made on the host
-    (the dtype, float32 -> bfloat16) lands in a new namespace: the first request reads nothing
-    from storage although the old namespace holds the prompt's chunks."""
+    compares it with the same vLLM with no tier at all). Then each keying change of a corpus lands
+    elsewhere: the first request reads nothing from storage although the old place holds the
+    prompt's chunks, and the answer is still the cold one. Changes on the host, keyed at the
+    server's start by kvprov-kv-key: the weights rewritten in place, the engine's version. A change
+    in the inventory, keying the namespace's name: the dtype (float32 -> bfloat16)."""
     inv, _ = engine
     listing = f"find {INST_DIR} -type f -name '*.data' | sort"
     files, before = set(sh(listing).split()), l2_counters()
@@ -600,6 +602,25 @@ def test_a_greedy_answer_served_from_the_tier_equals_the_cold_one_and_a_dtype_ch
     assert os.path.dirname(old_dir) == os.path.dirname(new_dir) == INST_DIR and new_dir != old_dir
     assert after.get("lookup_hit_l2_tokens", 0) == before.get("lookup_hit_l2_tokens", 0), (before, after)
     assert rewritten == cold
+    # The engine upgraded by hand on the host, its inventory unchanged: the venv's LMCache distribution
+    # now reports another version (its dist-info renamed, which is what kvprov-kv-key reads; the code
+    # is the same, so the answer must be too). Another subdirectory again, nothing of the old ones read.
+    [venv] = re.findall(r"--venv (\S+)", sh(f"systemctl cat {SERVER}"))
+    [dist] = sh(f"ls -d {venv}/lib/python3*/site-packages/lmcache-*.dist-info").split()
+    upgraded = re.sub(r"-([^-/]+)\.dist-info$", r"-\1.post1.dist-info", dist)
+    try:
+        sh(f"mv {dist} {upgraded} && systemctl restart {SERVER} {VLLM}")
+        wait_healthy()
+        before = l2_counters()
+        bumped = answers()
+        after = stored_after(before, 4)
+        version_dir = kv_dir()
+    finally:
+        sh(f"mv {upgraded} {dist}")
+    print(f"engine version {os.path.basename(upgraded)}: {version_dir}; {bumped}")
+    assert os.path.dirname(version_dir) == INST_DIR and version_dir not in (old_dir, new_dir), version_dir
+    assert after.get("lookup_hit_l2_tokens", 0) == before.get("lookup_hit_l2_tokens", 0), (before, after)
+    assert bumped == cold
     # The comparison can fail: the same chunks zeroed in place (files this test made), served from L2
     # as hits all the same (no engine checks a chunk's bytes), change the answer. This is what a
     # namespace shared by hosts that disagree on a keying value would do.
