@@ -219,6 +219,27 @@ def test_links_planted_on_the_volume_where_probe_and_bench_write_touch_nothing_o
         d.stdout[-3000:] + d.stderr[-2000:])
 
 
+def test_a_link_the_engine_user_puts_in_its_home_is_refused_by_deploy_and_its_target_keeps_its_owner(lab):
+    """#38: the engine's home is the engine user's, so a compromised engine can replace its work
+    directory with a link to a root-owned directory (/etc). The next deploy refuses the link,
+    naming it, and hands nothing to the engine user; deploy after the link is gone converges."""
+    home, victim = "/var/lib/kvprov-engine", "/root/kvprov-victim-home"
+    sh(GPU1, f"mkdir -p {victim} && chmod 0755 {victim} && echo keep > {victim}/file")
+    listing = f"find {victim} -printf '%p %m %u %g\n' | sort"
+    before = sh(GPU1, listing)
+    # as the engine user would (its own home): the link is the engine user's
+    sh(GPU1, f"cd {home} && mv main main.kvprov-test && ln -s {victim} main && chown -h kvprov-engine: main")
+    try:
+        d = kvprov("deploy", lab["inventory"], "--limit", "kvlab-gpu1", "--tags", "engine", timeout=1200)
+        after = sh(GPU1, listing)
+    finally:
+        sh(GPU1, f"cd {home} && rm -f main && mv main.kvprov-test main")
+    sh(GPU1, f"rm -rf {victim}")
+    assert after == before, f"deploy followed the engine's link:\n{before}\n---\n{after}"
+    assert d.returncode != 0 and f"{home}/main" in d.stdout and "already exists as a link" in d.stdout, (
+        d.stdout[-3000:] + d.stderr[-2000:])
+
+
 def test_unreachable_and_failing_hosts_are_summarised_by_reason_and_rerun_from_the_retry_file(lab, tmp_path):
     """Partial failure, in small: kvlab-c3 unreachable (a closed port in a copy of the
     inventory), kvlab-c2 failing a task (a lock another controller holds, planted by this
