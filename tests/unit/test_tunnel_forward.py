@@ -161,7 +161,8 @@ def test_a_long_temporary_directory_puts_the_sockets_in_tmp(ssh, monkeypatch, tm
         assert os.path.dirname(os.path.dirname(local[8000])) == "/tmp" and len(local[8000]) <= 107
         assert stat.S_IMODE(os.stat(os.path.dirname(local[8000])).st_mode) == 0o700
     assert not os.path.exists(os.path.dirname(local[8000]))
-    fits = "/tmp/" + "f" * (107 - len("/tmp/") - len("/kvprov-tunnel-xxxxxxxx/65535.sock"))
+    unique = f"/tmp/{os.urandom(4).hex()}"  # two runs at once (xdist, mutation jobs) get two
+    fits = unique + "f" * (107 - len(unique) - len("/kvprov-tunnel-xxxxxxxx/65535.sock"))
     os.mkdir(fits)
     try:
         monkeypatch.setattr(tempfile, "tempdir", fits)
