@@ -175,7 +175,8 @@ def test_the_preflight_reads_the_hosts_memory_and_fails_with_the_arithmetic(tmp_
             f"x --tp-size 1 (per TP rank) = {too_big:.1f} GB, x 1 instance(s) (main)") in read["msg"]
     assert "(kvprov_host_memory_mb 1024)" in results["given"]["msg"]
     assert not results["fits"]["kvprov_problems"] and not results["config-only"]["kvprov_problems"]
-    assert {recap[h]["changed"] for h in hosts} == {"0"} and recap["config-only"]["skipped"] == "4"
+    # config-only: its memory unread, nothing to convert, no kvprov_host_facts to compare
+    assert {recap[h]["changed"] for h in hosts} == {"0"} and recap["config-only"]["skipped"] == "5"
     assert recap["given"]["skipped"] == "2" and recap["read"]["skipped"] == "0"  # given: nothing to read
 
 
