@@ -135,7 +135,12 @@ def relay(socket_path: str, stack: ExitStack) -> int:
             except OSError:  # closed at the end
                 return
             upstream = socket.socket(socket.AF_UNIX)
-            upstream.connect(socket_path)
+            try:
+                upstream.connect(socket_path)
+            except OSError:  # the tunnel is gone: this connection is refused, the next is tried
+                client.close()
+                upstream.close()
+                continue
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=pump, args=(a, b.dup()), daemon=True).start()
 
