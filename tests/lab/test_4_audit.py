@@ -63,28 +63,41 @@ def test_clean_lab_audits_clean_and_passes_testinfra(lab, tmp_path):
     assert "passed" in t.stdout and "failed" not in t.stdout
 
 
-def awx_audit(lab, limit):
-    """awx/audit.yml as an AWX job runs it (the job's Limit as --limit), its custom stats shown."""
+def awx_audit(lab, limit, *args):
+    """awx/audit.yml as an AWX job runs it (the job's Limit as --limit), its custom stats shown:
+    ansible-playbook's result, the outcome in the artifacts, and the PLAY RECAP (host -> counts)."""
     env = {**os.environ, "ANSIBLE_SHOW_CUSTOM_STATS": "1", "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections")}
-    r = subprocess.run(["ansible-playbook", "-i", lab["inventory"], str(ROOT / "awx/audit.yml"), "--limit", limit],
-                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    r = subprocess.run(["ansible-playbook", "-i", lab["inventory"], str(ROOT / "awx/audit.yml"), "--limit", limit,
+                        *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     outcome = re.search(r'"kvprov_audit_outcome": "(\w+)"', r.stdout)
-    return r, outcome and outcome[1]
+    recap = {m[1]: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m[2])}
+             for m in re.finditer(r"^(\S+)\s+: (ok=.*)$", r.stdout.split("PLAY RECAP")[-1], re.M)}
+    return r, outcome and outcome[1], recap
 
 
 def test_the_awx_audit_job_takes_the_limit_and_tells_drift_from_clean(lab):
-    """#25: the job's Limit reaches kvprov (only kvlab-c1 is audited); clean passes, drift fails the job
-    with the outcome in its artifacts."""
-    r, outcome = awx_audit(lab, "kvlab-c1")
+    """#25, #39 item 6: the job's Limit reaches kvprov (only kvlab-c1 is audited). Clean: the job
+    successful, the host ok. Drift: the job still successful (ansible-playbook's 0) with the host
+    "changed" and its drifted check listed, the outcome in the artifacts; with the survey's
+    kvprov_audit_fail_on_drift the host fails, and so the job."""
+    r, outcome, recap = awx_audit(lab, "kvlab-c1")
     assert r.returncode == 0 and outcome == "clean", r.stdout[-3000:]
+    assert recap["kvlab-c1"]["changed"] == 0 and recap["kvlab-c1"]["failed"] == 0, r.stdout[-3000:]
     assert '"kvlab-c1"' in r.stdout and '"kvlab-gpu1"' not in r.stdout.split("CUSTOM STATS")[-1]
     sh(C1, f"chmod 0600 {TOML}")
     try:
-        r, outcome = awx_audit(lab, "kvlab-c1")
+        r, outcome, recap = awx_audit(lab, "kvlab-c1")
+        strict, strict_outcome, strict_recap = awx_audit(lab, "kvlab-c1", "-e", "kvprov_audit_fail_on_drift=yes")
     finally:
         sh(C1, f"chmod 0644 {TOML}")
-    assert r.returncode == 2 and outcome == "drift" and "drift found" in r.stdout, r.stdout[-3000:]
+    assert r.returncode == 0 and outcome == "drift", r.stdout[-3000:]
+    assert recap["kvlab-c1"]["changed"] == 1 and recap["kvlab-c1"]["failed"] == 0, r.stdout[-3000:]
+    assert "changed: [kvlab-c1]" in r.stdout, r.stdout[-3000:]
+    assert f"file:{TOML}: identical content; mode 0600" in r.stdout, r.stdout[-3000:]  # the drifted check listed
+    assert strict.returncode == 2 and strict_outcome == "drift", strict.stdout[-3000:]
+    assert strict_recap["kvlab-c1"]["failed"] == 1, strict.stdout[-3000:]
+    assert "fatal: [kvlab-c1]: FAILED!" in strict.stdout and f"file:{TOML}: identical content" in strict.stdout
 
 
 def test_the_users_ansible_cfg_is_honoured_unknown_host_keys_refused_and_its_control_path_used(lab, tmp_path):
