@@ -35,6 +35,21 @@ options:
       where deploy notes the engine restarts it owes (the engine role's restart-pending
       directory): its entries are listed as restart_pending.json (default: the desired
       state's engine.restart_pending_dir)
+attributes:
+  check_mode:
+    description: Runs as in a normal run and never reports a change.
+    support: partial
+    details: >-
+      The module does not read Ansible's check-mode flag. With O(probes=true) the I/O probe writes a
+      file into a root-only C(.kvprov-<host>) directory at the mount root (made if missing) and
+      removes it, as in a normal run; with O(probes=false) it writes nothing.
+  diff_mode:
+    description: No diff.
+    support: none
+  platform:
+    description: Linux (C(/proc), C(systemctl), C(runuser)); the host's Python runs it, standard library only.
+    support: full
+    platforms: posix
 """
 
 EXAMPLES = r"""
@@ -42,6 +57,23 @@ EXAMPLES = r"""
   kvprov.kvprov.kvprov_collect:
     desired: "{{ kvprov_desired | combine({'files': kvprov_desired.files.keys() | sort}) }}"
     probes: false
+"""
+
+RETURN = r"""
+files:
+  description:
+    - The bundle's files (kvprov docs/bundle.md) for this host, by their name in its bundle directory, each with its text.
+    - C(collect.json) lists the files that could not be captured (C(errors)) or were not looked for (C(skipped)), with why.
+    - The controller writes them, and C(desired.json), to C(DIR/<host>/).
+  returned: success
+  type: dict
+  sample:
+    collect.json: >-
+      {"format": 4, "host": "gpu1", "time": "2026-01-01T00:00:00Z", "kvprov_version": "0.2.0",
+      "errors": {}, "skipped": {"gdscheck.txt": "no NVIDIA GPU"}}
+    proc/mountinfo: "..."
+    files/etc/systemd/system/kvprov-vllm-main.service: "..."
+    systemctl/kvprov-vllm-main.service.txt: "..."
 """
 
 import grp

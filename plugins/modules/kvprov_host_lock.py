@@ -51,6 +51,7 @@ attributes:
     support: none
   platform:
     description: Linux.
+    support: full
     platforms: posix
 """
 

@@ -22,6 +22,17 @@ options:
   source: {type: str, default: "", description: Desired source (server:/export).}
   options: {type: list, elements: str, default: [], description: Desired mount options.}
   unit: {type: str, default: "", description: "The mount unit: its running dependents are listed (a remount restarts them)."}
+attributes:
+  check_mode:
+    description: Reads only; the same result as a normal run.
+    support: full
+  diff_mode:
+    description: No diff.
+    support: none
+  platform:
+    description: Linux (C(/proc/self/mountinfo), C(/proc), C(systemctl)).
+    support: full
+    platforms: posix
 """
 
 EXAMPLES = r"""
@@ -30,6 +41,60 @@ EXAMPLES = r"""
     path: /mnt/kvcache
     source: "10.0.0.1:/kv"
     options: [vers=4.1, proto=rdma]
+"""
+
+RETURN = r"""
+mounted:
+  description: Whether anything is mounted on O(path) (the topmost mount there is the one read).
+  returned: always
+  type: bool
+source:
+  description: The live mount's source.
+  returned: when mounted
+  type: str
+  sample: "10.0.0.1:/kv"
+fstype:
+  description: The live mount's filesystem type.
+  returned: when mounted
+  type: str
+  sample: nfs4
+options:
+  description: The live mount and superblock options, in the kernel's spelling; a flag's value is V(true).
+  returned: when mounted
+  type: dict
+  sample: {rw: true, vers: "4.1", proto: rdma, hard: true}
+differences:
+  description:
+    - How the live source and options differ from the desired ones, one line each.
+    - Empty when they agree or nothing is mounted.
+  returned: always
+  type: list
+  elements: str
+  sample: ["proto: live tcp, want rdma"]
+users:
+  description:
+    - Processes with a working directory, root, executable or open file under O(path), one line each
+      (the process ID, its command name in parentheses, then C(of UNIT) when a service runs it).
+    - Looked for only when there are differences; empty otherwise.
+  returned: always
+  type: list
+  elements: str
+  sample: ["4242 (vllm) of kvprov-vllm-main.service"]
+dependents:
+  description:
+    - Running services that require or are bound to O(unit) (a remount restarts them).
+    - Looked for only when there are differences and O(unit) is set; empty otherwise.
+  returned: always
+  type: list
+  elements: str
+  sample: [kvprov-vllm-main.service]
+other_users:
+  description:
+    - The RV(users) that are not in one of the RV(dependents) (stopping the dependents would not end them).
+    - One line each, the process ID and its command name in parentheses.
+  returned: when mounted
+  type: list
+  elements: str
 """
 
 import os

@@ -28,6 +28,7 @@ attributes:
     support: none
   platform:
     description: Runs on the controller (an action plugin).
+    support: full
     platforms: posix
 """
 

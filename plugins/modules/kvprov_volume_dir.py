@@ -46,6 +46,7 @@ attributes:
     support: none
   platform:
     description: Linux (openat with O_NOFOLLOW).
+    support: full
     platforms: posix
 """
 
