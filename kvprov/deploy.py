@@ -73,8 +73,8 @@ def deploy(args) -> tuple[runner.RunResult, list[str]]:
         todo, clean = ([], []) if args.full else audit_first(sources, args.limit)
         rotated = deployed_secrets.changed(sources, clean)  # the audit does not see secrets' contents
         if rotated:
-            print(f"deploy: {len(rotated)} audited-clean host(s) have secret files other than those last deployed to "
-                  f"them from this controller (or none recorded): converged too: {runner.shorten(rotated)}",
+            print(f"deploy: {len(rotated)} audited-clean host(s) have secrets (files or values) other than those last "
+                  f"deployed to them from this controller (or none recorded): converged too: {runner.shorten(rotated)}",
                   file=sys.stderr)
             todo, clean = sorted(todo + rotated), [h for h in clean if h not in rotated]
         result = runner.RunResult(rc=0, artifacts=None)  # every host clean: nothing to run

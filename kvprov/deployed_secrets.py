@@ -5,10 +5,10 @@ The audit compares every managed file with what the roles render, except the sec
 no digest of a secret leaves the host, none is put in a bundle. So after a key is rotated on
 the controller, `kvprov deploy`'s audit would find every host clean and run nothing. Instead,
 deploy records per host a keyed digest (HMAC-SHA256, with a random key kept beside the record,
-both root-only) of the secret files its inventory names, after each successful run of the
-engine role, and converges the hosts whose digest is no longer the one recorded: a changed
-file, another file, a file added or removed, or a host never deployed from this controller.
-A host that names no secret file has nothing to record."""
+both root-only) of the secret files its inventory names and of the secrets it gives as values (kvprov_engine_api_key...),
+after each successful run of the engine role, and converges the hosts whose digest is no longer
+the one recorded: a changed file or value, another file, a secret added or removed, or a host
+never deployed from this controller. A host that gives no secret has nothing to record."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import secrets
 from pathlib import Path
 
 from kvprov import inventory, paths
-from kvprov.check.values import is_template
+from kvprov.check.values import SECRET_VALUES, is_template
 
 # The controller files the engine role copies to /etc/kvprov/secrets (roles/engine/tasks/secrets.yml).
 SECRET_FILES = ("kvprov_engine_api_key_file", "kvprov_engine_admin_api_key_file", "kvprov_engine_hf_token_file",
@@ -52,23 +52,26 @@ def _record(sources: list[str]) -> Path:
 
 
 def digests(sources: list[str], hosts: list[str]) -> dict[str, str | None]:
-    """Per host: the digest of the secret files it names now; "" when it names none; None when
-    one is a template (only Ansible can resolve it) or cannot be read."""
+    """Per host: the digest of the secret files it names and the secret values it gives now; ""
+    when it gives none; None when one is a template (only Ansible can resolve it) or cannot be read."""
     key = _key()
     by_name = {h.name: h for h in inventory.load(sources).hosts}
     out: dict[str, str | None] = {}
     for name in hosts:
         host = by_name.get(name)
-        files = {v: host.value(v) for v in SECRET_FILES if host is not None and host.value(v)}
-        if not files:
+        given = {v: host.value(v) for v in (*SECRET_FILES, *SECRET_VALUES) if host is not None and host.value(v)}
+        if not given:
             out[name] = ""
             continue
         mac = hmac.new(key, digestmod=hashlib.sha256)
         try:
-            for var, path in sorted(files.items()):
-                if is_template(path):
+            for var, value in sorted(given.items()):
+                if is_template(value):
                     raise OSError
-                mac.update(f"{var}\0{path}\0".encode() + Path(path).read_bytes() + b"\0")
+                if var in SECRET_VALUES:  # the secret itself
+                    mac.update(f"{var}\0\0{value}\0".encode())
+                else:  # a file: its name and content
+                    mac.update(f"{var}\0{value}\0".encode() + Path(value).read_bytes() + b"\0")
         except (OSError, TypeError):
             out[name] = None
             continue

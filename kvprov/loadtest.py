@@ -56,7 +56,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kvprov import inventory
+from kvprov import inventory, vault
 from kvprov.check import TIERLESS_ENGINES
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_ENVIRONMENT, EXIT_OK, EXIT_USAGE, KvprovError
 from kvprov.loadtest_client import (AsyncClient, Client, Endpoint, EndpointError, _progress, choose_api, read_counters,
@@ -133,10 +133,12 @@ def parse_url(text: str) -> str:
 
 
 def read_api_key(path: str, variable: str) -> str:
-    """The one-line API key of a controller file (its content never reaches a message)."""
+    """The one-line API key of a controller file, vault-encrypted or not, as deploy's file lookup
+    reads it (its content never reaches a message)."""
     try:
-        lines = Path(path).read_text().strip().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
+        data = Path(path).read_bytes()
+        lines = (vault.decrypted(data) if vault.is_encrypted(data) else data.decode()).strip().splitlines()
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         raise KvprovError(f"cannot read the API key file {path} ({variable}): {getattr(e, 'strerror', None) or e}",
                           EXIT_USAGE) from None
     if len(lines) != 1 or not lines[0].strip():
@@ -175,6 +177,7 @@ def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instanc
         else:
             address = listen
         key_file = v.get("kvprov_engine_api_key_file") or ""
+        key = str(vault.revealed(v.get("kvprov_engine_api_key") or "")).strip()  # the key as a value (vaulted or not)
         limit = int(v.get("kvprov_vllm_max_model_len") or 0) if engine["name"] != "sglang_hicache" else 0
         for inst in engine["instances"]:
             name = f"{host}/{inst['name']}"
@@ -190,7 +193,9 @@ def inventory_endpoints(hosts: dict[str, dict], states: dict[str, dict], instanc
                           max_model_len=limit or None, max_model_len_from="kvprov_vllm_max_model_len" if limit else "",
                           model_path=tokenizer or v.get("kvprov_engine_model_path"),
                           ca_file=v.get("kvprov_engine_tls_ca_file") or None, via=via)
-            if key_file and not problem:
+            if key and not problem:
+                ep.api_key = key
+            elif key_file and not problem:
                 try:
                     ep.api_key = read_api_key(key_file, "kvprov_engine_api_key_file")
                 except KvprovError as e:

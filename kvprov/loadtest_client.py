@@ -396,7 +396,7 @@ def _snippet(data: bytes, secret: str | None = None, n: int = 200) -> str:
 def _auth_hint(status: int, ep: Endpoint) -> str:
     if status not in (401, 403):
         return ""
-    return " (the API key was refused)" if ep.api_key else " (the server wants an API key: kvprov_engine_api_key_file " \
+    return " (the API key was refused)" if ep.api_key else " (the server wants an API key: kvprov_engine_api_key(_file) " \
                                                            "or --api-key-file)"
 
 

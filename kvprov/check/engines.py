@@ -8,8 +8,8 @@ from kvprov.check import bounds
 from kvprov.check.fleet import sharing
 from kvprov.check.host import HostView, instances_var
 from kvprov.check.values import (DEPRECATED, ENGINES, ENGINE_PREFIXES, LMCACHE_MP_INSTANCE_KEYS, NFS_PROFILES,
-                                 TIERLESS_ENGINES, VALUE_RULES, VLLM_ENGINES, int_range, is_int, listen_address,
-                                 tls_pair_mismatch)
+                                 SECRET_VALUES, TIERLESS_ENGINES, VALUE_RULES, VLLM_ENGINES, int_range, is_int,
+                                 listen_address, tls_pair_mismatch)
 from kvprov.inventory import Problem
 
 # LMCache's fs_native (csrc/storage_backends/fs/connector.cpp, do_single_set) closes the temporary file
@@ -28,7 +28,7 @@ def engine_rules(h: HostView) -> list[Problem]:
     engine = h.get("kvprov_engine")
     if engine not in ENGINES:
         return []
-    out = _other_engines_settings(h, engine) + _exposure(h) + _tls(h) + _s3_without_credentials(h) + _evict_marks(h) + sharing(h) + _unbounded_waits(h)
+    out = _other_engines_settings(h, engine) + _secret_twice(h) + _exposure(h) + _tls(h) + _s3_without_credentials(h) + _evict_marks(h) + sharing(h) + _unbounded_waits(h)
     instances = h.get(instances_var(h)) or []
     out += _instance_ports(h, engine, instances)
     rules = {"vllm_offload": _vllm_offload, "lmcache_mp": _lmcache_mp, "lmcache_inproc": _lmcache_inproc}
@@ -38,6 +38,12 @@ def engine_rules(h: HostView) -> list[Problem]:
     return out + tiers.rules(h) + bounds.rules(h)
 
 
+def _secret_twice(h: HostView) -> list[Problem]:
+    """A secret given both as a value and as a file: which one is meant?"""
+    return [h.problem(name, f"given twice: as this value and in {file} ({h.get(file)}); keep one of the two")
+            for name, file in SECRET_VALUES.items() if h.get(name) and h.get(file)]
+
+
 def _exposure(h: HostView) -> list[Problem]:
     """An API beyond loopback is closed by default: it needs an API key and the networks of its
     clients (the unit's IPAddressAllow=; vLLM's key does not guard POST /invocations)."""
@@ -45,10 +51,10 @@ def _exposure(h: HostView) -> list[Problem]:
     if not host or listen_address(host) or host in ("127.0.0.1", "::1"):
         return []
     out = []
-    if not h.get("kvprov_engine_api_key_file"):
+    if not (h.get("kvprov_engine_api_key_file") or h.get("kvprov_engine_api_key")):
         out.append(h.problem("kvprov_engine_host", f"the engine listens on {host} without an API key: anyone who "
                                                     "reaches it can use the model and fill the KV cache; set "
-                                                    "kvprov_engine_api_key_file"))
+                                                    "kvprov_engine_api_key_file (or kvprov_engine_api_key)"))
     if not h.get("kvprov_engine_clients"):
         out.append(h.problem("kvprov_engine_host", f"the engine listens on {host} for any address: name its clients' "
                                                     "networks in kvprov_engine_clients (e.g. [10.0.0.0/8]); vLLM's API "
@@ -99,7 +105,7 @@ def _other_engines_settings(h: HostView, engine: str) -> list[Problem]:
         owner = next((e for e, prefixes in ENGINE_PREFIXES.items() if name.startswith(prefixes)), None)
         if name.startswith("kvprov_vllm_") and not name.startswith("kvprov_vllm_offload_") or name == "kvprov_lmcache_version":
             owner = None if engine in VLLM_ENGINES else "a vLLM engine"
-        elif name == "kvprov_engine_admin_api_key_file":  # vLLM has no admin routes of their own
+        elif name in ("kvprov_engine_admin_api_key_file", "kvprov_engine_admin_api_key"):  # vLLM has no admin routes
             owner = "sglang_hicache"
         if owner and owner != engine:
             out.append(h.problem(name, f"only engine {owner} reads it, but this host's kvprov_engine is {engine}: "

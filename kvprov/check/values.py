@@ -50,6 +50,7 @@ class VarSpec:
     type: str = "str"  # Ansible's default type
     elements: str | None = None
     choices: tuple[Any, ...] | None = None
+    no_log: bool = False  # a secret: its value is in no message
 
 
 def read_specs(roles: Path) -> dict[str, VarSpec]:
@@ -62,7 +63,8 @@ def read_specs(roles: Path) -> dict[str, VarSpec]:
                 opt = opt or {}
                 choices = opt.get("choices")
                 specs[name] = VarSpec(name, path.parent.parent.name, opt.get("type", "str"),
-                                      opt.get("elements"), tuple(choices) if choices else None)
+                                      opt.get("elements"), tuple(choices) if choices else None,
+                                      bool(opt.get("no_log")))
     return specs
 
 
@@ -544,6 +546,21 @@ def _secret_lines(value: str, what: str) -> tuple[list[str] | None, list[Finding
     return lines, []
 
 
+# The secrets that may be given as a value instead of a controller file: {value variable: file variable}.
+SECRET_VALUES = {"kvprov_engine_api_key": "kvprov_engine_api_key_file",
+                 "kvprov_engine_admin_api_key": "kvprov_engine_admin_api_key_file",
+                 "kvprov_engine_hf_token": "kvprov_engine_hf_token_file"}
+
+
+def secret_value(value: Any) -> list[Finding]:
+    """A secret given as its value (a no_log variable): a string of one line the secret files
+    hold (secret_file). The value is never printed."""
+    if value == "" or isinstance(value, str) and SECRET_VALUE.fullmatch(value.strip()):
+        return []
+    return [Finding("must be the secret as a string of printable ASCII on one line, without spaces, quotes, "
+                    "backslashes, $ or ` (systemd's EnvironmentFile= would rewrite it); the value is not shown")]
+
+
 def secret_file(value: str) -> list[Finding]:
     """A controller file holding one secret line (read here, never printed)."""
     if not value:
@@ -944,6 +961,8 @@ def check_setting(setting: Setting, specs: dict[str, VarSpec]) -> list[Problem]:
     if spec is None:
         return [_problem(setting, Finding("not a variable of any kvprov role (Ansible would silently "
                                           "ignore it)" + _did_you_mean(name, list(specs))))]
+    if spec.no_log:  # a secret: judged without a word of its value
+        return [_problem(setting, f) for f in renamed + ([] if is_template(var.value) else secret_value(var.value))]
     findings = control_characters(var.value)
     if is_template(var.value):  # the rest when the roles render it: their sink filters (kvprov/sinks.py)
         return [_problem(setting, f) for f in renamed + findings]

@@ -121,20 +121,31 @@ def engine_inventory(d, *indexes):
     return inv
 
 
-def vaulted_copy(inv, d) -> list[str]:
-    """The same inventory the way a vault user keeps it (#25): the engine group's variables in a
-    vault-encrypted group_vars file, one of them an inline `!vault` value in a plain one.
-    Returns the inventory and vault arguments for kvprov."""
+def vaulted_copy(inv, d, key_as_value: bool = False) -> list[str]:
+    """The same inventory the way a vault user keeps it (#25, #39): the engine group's variables
+    in a vault-encrypted group_vars file, one of them an inline `!vault` value in a plain one; the
+    API key in a vault-encrypted file, or (key_as_value) as an inline `!vault` value of
+    kvprov_engine_api_key. Returns the inventory and vault arguments for kvprov."""
     from ansible.parsing.vault import VaultLib, VaultSecret
 
     lock = VaultLib([("default", VaultSecret(b"kvprov-lab-vault"))])
+
+    def inline(value: str) -> str:
+        return "!vault |\n" + "\n".join("  " + line for line in lock.encrypt(value).decode().splitlines())
+
     data = yaml.safe_load(inv.read_text())
     moved = data["all"]["children"]["gpu_nodes"]["children"]["lab_engine"].pop("vars")
     host = moved.pop("kvprov_engine_host")
+    key = Path(moved.pop("kvprov_engine_api_key_file")).read_text().strip()
+    plain = {"kvprov_engine_host": inline(host)}
+    if key_as_value:
+        plain["kvprov_engine_api_key"] = inline(key)
+    else:
+        (d / "api-key.vault").write_text(lock.encrypt(key + "\n").decode())
+        moved["kvprov_engine_api_key_file"] = str(d / "api-key.vault")
     (d / "group_vars").mkdir()
     (d / "group_vars/lab_engine.yml").write_text(lock.encrypt(yaml.safe_dump(moved)).decode())
-    inline = "\n".join("  " + line for line in lock.encrypt(host).decode().splitlines())
-    (d / "group_vars/gpu_nodes.yml").write_text(f"kvprov_engine_host: !vault |\n{inline}\n")
+    (d / "group_vars/gpu_nodes.yml").write_text("".join(f"{k}: {v}\n" for k, v in plain.items()))
     (d / "inv.yml").write_text(yaml.safe_dump(data, sort_keys=False))
     (d / "pw").write_text("kvprov-lab-vault\n")
     return [str(d / "inv.yml"), "--vault-password-file", str(d / "pw")]
@@ -183,9 +194,29 @@ def test_deploy_installs_and_starts_a_real_engine_and_a_second_deploy_from_a_vau
     connect = f"python3 -c 'import socket, sys; print(socket.socket(socket.AF_UNIX).connect_ex(sys.argv[1]))' '{socket_path}'"
     assert sh(f"runuser -u kvprov-engine -- {connect}; runuser -u nobody -- {connect}").split() == ["0", "13"]  # EACCES
     out = tmp_path / "again.json"
-    # the whole playbook again, from the vault-encrypted copy: the same desired state, nothing to change
-    r = kvprov("deploy", *vaulted_copy(inv, tmp_path), "--full", "--json", str(out), timeout=1200)
+    # the whole playbook again, from the vault-encrypted copy (the API key file vault-encrypted too): the
+    # same desired state, nothing to change
+    (tmp_path / "file").mkdir()
+    r = kvprov("deploy", *vaulted_copy(inv, tmp_path / "file"), "--full", "--json", str(out), timeout=1200)
     assert r.returncode == 0 and json.loads(out.read_text())["hosts"][HOST]["changed"] == 0, r.stdout[-4000:]
+    # #39: the key as an inline !vault value instead of a file renders the same, and deploy (no --full: the
+    # audit finds the host clean; the secret's source changed, so the engine role runs) writes the same key
+    (tmp_path / "value").mkdir()
+    vaulted = vaulted_copy(inv, tmp_path / "value", key_as_value=True)
+    renders = []
+    for name, args in (("plain", [str(inv)]), ("value", vaulted)):
+        r = kvprov("render", *args, "--out", str(tmp_path / f"render-{name}"), timeout=600)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        renders.append({str(p.relative_to(tmp_path / f"render-{name}")): p.read_bytes()
+                        for p in (tmp_path / f"render-{name}").rglob("*") if p.is_file()})
+    assert renders[0] == renders[1] and renders[0]
+    r = kvprov("deploy", *vaulted, "--json", str(out), timeout=1200)
+    result = json.loads(out.read_text())
+    assert r.returncode == 0 and result["hosts"][HOST]["changed"] == 0, r.stdout[-4000:]
+    assert "have secrets (files or values) other than those last deployed" in r.stderr, r.stderr[-3000:]  # converged
+    artifacts = subprocess.run(["grep", "-rl", API_KEY, result["artifacts"]], capture_output=True, text=True)
+    assert artifacts.returncode == 1 and API_KEY not in r.stdout + r.stderr, artifacts.stdout
+    assert "tiny" in http("/v1/models")  # the key the engine holds is still the one clients send
 
 
 def test_the_api_key_and_tls_are_required_and_kept_out_of_units_logs_and_bundles(engine, tmp_path):

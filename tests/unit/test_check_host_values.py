@@ -137,7 +137,7 @@ def test_an_engine_reachable_beyond_loopback_needs_an_api_key_and_its_clients(tm
     """Closed by default (#24): beyond loopback, an API key and the clients' networks (the unit's
     IPAddressAllow=), as vLLM's key leaves POST /invocations open."""
     no_key = ("error kvprov_engine_host: the engine listens on 0.0.0.0 without an API key: anyone who reaches it "
-              "can use the model and fill the KV cache; set kvprov_engine_api_key_file")
+              "can use the model and fill the KV cache; set kvprov_engine_api_key_file (or kvprov_engine_api_key)")
     no_clients = ("error kvprov_engine_host: the engine listens on 0.0.0.0 for any address: name its clients' "
                   "networks in kvprov_engine_clients (e.g. [10.0.0.0/8]); vLLM's API key does not guard every route "
                   "(POST /invocations serves without it), the unit's IPAddressAllow= does")

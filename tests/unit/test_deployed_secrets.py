@@ -73,7 +73,7 @@ def test_deploy_converges_a_clean_host_whose_key_was_rotated_and_records_it(flee
     monkeypatch.setattr(deploy.inventory, "from_args", lambda a: sources)
     assert deploy.cmd_deploy(args) == 0
     assert runs == [("keyed", False)]  # never deployed from here: converged once
-    assert "1 audited-clean host(s) have secret files other than those last deployed" in capsys.readouterr().err
+    assert "1 audited-clean host(s) have secrets (files or values) other than those last deployed" in capsys.readouterr().err
     assert deploy.cmd_deploy(args) == 0 and runs == [("keyed", False)]  # recorded: audit only
     key.write_text("key-two\n")
     assert deploy.cmd_deploy(argparse.Namespace(**{**vars(args), "check": True})) == 0  # check mode records nothing
