@@ -63,11 +63,15 @@ def junit_results(coll: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
+@pytest.fixture
+def environments():
+    if not list((SANITY_HOME / ".ansible/test/cache").glob("get_pip_*.py")):
+        engine_missing(f"ansible-test's sanity environments are not built in {SANITY_HOME} (scripts/install-deps)")
+
+
 @pytest.fixture(scope="module")
 def collections(tmp_path_factory):
     """(the clean collections directory, the installed collection's root)."""
-    if not list((SANITY_HOME / ".ansible/test/cache").glob("get_pip_*.py")):
-        engine_missing(f"ansible-test's sanity environments are not built in {SANITY_HOME} (scripts/install-deps)")
     tmp = tmp_path_factory.mktemp("sanity")
     env = clean_env(ANSIBLE_COLLECTIONS_PATH=str(tmp / "none"))
     build = subprocess.run(["ansible-galaxy", "collection", "build", "--output-path", str(tmp / "dist"), str(ROOT)],
@@ -80,7 +84,7 @@ def collections(tmp_path_factory):
     return tmp / "collections", tmp / "collections/ansible_collections/kvprov/kvprov"
 
 
-def test_ansible_test_sanity_passes_and_checks_the_collection(collections):
+def test_ansible_test_sanity_passes_and_checks_the_collection(environments, collections):
     _, coll = collections
     r = ansible_test(["sanity", "--python", PYTHON, "--junit", "--color", "no"], coll)
     output = r.stdout + r.stderr
@@ -95,7 +99,7 @@ def test_ansible_test_sanity_passes_and_checks_the_collection(collections):
         t: ("skipped", "No tests applicable.") for t in results if t not in CHECKED}
 
 
-def test_a_planted_defect_is_found(collections, tmp_path):
+def test_a_planted_defect_is_found(environments, collections, tmp_path):
     """The tools really read the collection's files: a module return value of no such type
     (validate-modules), a duplicate key in a filter's documentation (yamllint) and an
     over-long line in a role's Python (pep8) fail the run, each named."""
