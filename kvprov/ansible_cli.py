@@ -127,14 +127,14 @@ def parse_extra_vars(given: str) -> dict[str, Any]:
     if given.startswith("@"):
         from ansible.parsing.dataloader import DataLoader
 
-        from kvprov import inventory, vault
+        from kvprov import vault
 
         if not os.path.isfile(given[1:]):
             raise KvprovError(f"{where}: cannot read: no such file", EXIT_USAGE)
         loader = DataLoader()
         vault.set_secrets(loader)
         try:
-            data = inventory.plain(loader.load_from_file(os.path.abspath(given[1:])))
+            data = vault.plain(loader.load_from_file(os.path.abspath(given[1:])))
         except AnsibleError as e:
             raise KvprovError(f"{where}: {' '.join(str(e.message).split())}", EXIT_USAGE) from None
     elif given.lstrip()[:1] in ("{", "["):
@@ -159,11 +159,11 @@ def parse_extra_vars(given: str) -> dict[str, Any]:
 
 def _converted(pairs: dict[str, str]) -> dict[str, Any]:
     """key=value strings of typed kvprov variables, converted as the role's argument spec
-    converts them (`-e kvprov_sglang_tp_size=4`: 4; check.typed); the others stay strings."""
-    from kvprov import check, paths
+    converts them (`-e kvprov_sglang_tp_size=4`: 4; specs.typed); the others stay strings."""
+    from kvprov import paths, specs
 
-    specs = check.read_specs(paths.roles_dir())
-    return {name: check.typed(value, specs[name]) if name in specs else value for name, value in pairs.items()}
+    contract = specs.read_specs(paths.roles_dir())
+    return {name: specs.typed(value, contract[name]) if name in contract else value for name, value in pairs.items()}
 
 
 def remote_user() -> str | None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from kvprov import check, inventory, lock, redact, runner, volume_namespaces
 from kvprov.converge import converge
+from kvprov.desired import run_with_states
 from kvprov.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 from kvprov.validate import bundle as bf
 from kvprov.validate import parsers, report
@@ -385,7 +386,7 @@ Namespaces = list[volume_namespaces.Namespace]
 def gather(sources: str | list[str], limit: str | None, timeout: int) -> tuple[list[Result], list[Gauge], Namespaces]:
     """Capture every host in one module call each (hosts in parallel), then audit each capture:
     the results, the hosts' capacity figures, and the model's namespaces on the volume."""
-    result = runner.run("collect.yml", sources, name="audit", limit=limit, stream=sys.stderr,
+    result = run_with_states("collect.yml", sources, name="audit", limit=limit, stream=sys.stderr,
                         capture=CAPTURE_TASK,
                         extravars={"kvprov_collect_timeout": timeout, "kvprov_collect_probes": False})
     results: list[Result] = []

@@ -22,7 +22,8 @@ from typing import Iterator
 
 from kvprov import check, desired_classes, runner
 from kvprov.errors import EXIT_CHECKS_FAILED, KvprovError
-from kvprov.inventory import TARGET_GROUP, describe, hosts_matching, plain, source_list
+from kvprov.inventory import TARGET_GROUP, describe, hosts_matching, source_list
+from kvprov.vault import plain
 
 TASK = runner.DESIRED_TASK
 
@@ -117,3 +118,18 @@ def written(inventory: str | list[str], limit: str | None = None) -> Iterator[tu
         yield directory, states
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def run_with_states(playbook: str, inventory: str | list[str], *, limit: str | None = None, extravars: dict | None = None,
+        **kw) -> runner.RunResult:
+    """runner.run of a playbook that takes the hosts' desired states (playbooks/collect.yml): the
+    states computed first, each distinct one once (written), and returned in `desired`; where
+    none is written ahead, the playbook computes each host's itself."""
+    with written(inventory, limit) as ahead:
+        if ahead is None:
+            return runner.run(playbook, inventory, limit=limit, extravars=extravars, **kw)
+        directory, states = ahead
+        result = runner.run(playbook, inventory, limit=limit,
+                            extravars={**(extravars or {}), runner.DESIRED_DIR: str(directory)}, **kw)
+        result.desired = states
+        return result

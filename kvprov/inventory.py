@@ -29,6 +29,7 @@ from kvprov import ansible_cli, paths, vault
 from kvprov.errors import EXIT_USAGE, KvprovError
 from kvprov.inventory_lint import (InventoryError, Problem, construct, did_you_mean, key_nodes,
                                    line_of, lint_inventory, lint_vars_file, mapping_items, parse_yaml)
+from kvprov.vault import plain
 
 __all__ = ["Group", "Host", "Inventory", "InventoryError", "Origin", "Problem", "Setting", "Var", "add_inventory_args",
            "describe", "from_args", "load", "read_role_defaults", "read_text", "roles_dir", "source_list"]
@@ -249,25 +250,6 @@ def _ansible_origin(value: Any) -> Any:
     except Exception:  # moved or changed in another ansible-core: the older position, else the fallback
         pos = getattr(value, "ansible_pos", None)
         return SimpleNamespace(path=pos[0], line_num=pos[1], col_num=pos[2], description=None) if pos else None
-
-
-def plain(value: Any) -> Any:
-    """A value Ansible loaded, without its tags (an inline !vault value decrypted): str, int, float,
-    bool, None, list, dict."""
-    value = vault.revealed(value)
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, str):
-        return str.__str__(value)
-    if isinstance(value, int):
-        return int.__int__(value)
-    if isinstance(value, float):
-        return float.__float__(value)
-    if isinstance(value, dict):
-        return {plain(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
 
 
 class _Shown:

@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_render(args) -> int:
-    from kvprov.runner import refuse_link
+    from kvprov.validate.report import refuse_link
     from kvprov.validate.report import write_file
 
     if args.json and args.json != "-":

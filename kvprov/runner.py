@@ -17,6 +17,7 @@ from pathlib import Path
 from kvprov import ansible_cli, paths, vault
 from kvprov.errors import EXIT_USAGE, KvprovError
 from kvprov.inventory import limit_patterns, source_list
+from kvprov.validate.report import refuse_link, write_file
 
 
 @dataclass
@@ -44,7 +45,7 @@ class RunResult:
     failures: list[Failure] = field(default_factory=list)
     diffs: list[dict] = field(default_factory=list)
     captured: dict[str, dict] = field(default_factory=dict)  # host -> result of the capture task
-    desired: dict[str, dict] = field(default_factory=dict)  # host -> desired state (DESIRED_TASK, TAKES_DESIRED)
+    desired: dict[str, dict] = field(default_factory=dict)  # host -> desired state (DESIRED_TASK; kvprov.desired.run)
     seconds: float = 0.0
     listing: str = ""  # what ansible-playbook --list-hosts printed (list_hosts)
 
@@ -236,9 +237,9 @@ class _Printer:
         return True  # keep the event in the artifacts
 
 
-# Playbooks that import tasks/desired.yml for each host unless DESIRED_DIR names the states;
-# the task of tasks/desired.yml whose result is a host's desired state (RunResult.desired).
-TAKES_DESIRED = ("collect.yml",)
+# The extra var that names the hosts' desired states written ahead (kvprov.desired.run) for a
+# playbook that imports tasks/desired.yml for each host otherwise (collect.yml); the task of
+# tasks/desired.yml whose result is a host's desired state (RunResult.desired).
 DESIRED_DIR = "kvprov_desired_dir"
 DESIRED_TASK = "Compute the desired state"
 
@@ -247,22 +248,9 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
         limit: str | None = None, tags: str | None = None, skip_tags: str | None = None, check: bool = False,
         diff: bool = False, stream=None, verbose: bool = False, capture: str | None = None) -> RunResult:
     """Run a playbook on the inventory sources (each passed as -i, in order); `capture` names
-    a task whose per-host results are kept in `captured`. A playbook of TAKES_DESIRED gets the
-    hosts' desired states computed first, each distinct one once (kvprov.desired.written), and
-    returns them in `desired`."""
-    args = dict(name=name, limit=limit, tags=tags, skip_tags=skip_tags, check=check, diff=diff, stream=stream,
-                verbose=verbose, capture=capture)
-    if playbook in TAKES_DESIRED and DESIRED_DIR not in (extravars or {}):
-        from kvprov import desired  # imports this module
-
-        with desired.written(inventory, limit) as written:  # None: the playbook computes each host's
-            if written is None:
-                return _run(playbook, inventory, extravars=extravars, **args)
-            directory, states = written
-            result = _run(playbook, inventory, extravars={**(extravars or {}), DESIRED_DIR: str(directory)}, **args)
-            result.desired = states
-            return result
-    return _run(playbook, inventory, extravars=extravars, **args)
+    a task whose per-host results are kept in `captured`."""
+    return _run(playbook, inventory, name=name, extravars=extravars, limit=limit, tags=tags, skip_tags=skip_tags,
+                check=check, diff=diff, stream=stream, verbose=verbose, capture=capture)
 
 
 def list_hosts(playbooks: list[str], inventory: str | Path | list[str], *, name: str, extravars: dict | None = None,
@@ -385,21 +373,11 @@ def scrub_environment(private: Path) -> None:
                 path.write_text(hidden)
 
 
-def refuse_link(path: str | Path, option: str) -> None:
-    """KvprovError (exit 2) when the file an option names is a symbolic link: a report is
-    never written through one (whoever planted it would choose what root overwrites)."""
-    if os.path.islink(path):
-        raise KvprovError(f"{option} {path} is a symbolic link (to {os.readlink(path)}): refusing to write through "
-                          "it; remove it or name another file", EXIT_USAGE)
-
-
 def write_json(result: RunResult, path: str | Path, clean: list[str] = (), extra: dict | None = None) -> None:
     """The run's summary (deploy --json FILE, or - for stdout); `clean`: hosts not run because
     the audit found them clean (zero counts); `extra`: the command's own fields. It names hosts
     and their failures: written 0600 through a new file in FILE's directory renamed over it
     (report.write_file), never through a link."""
-    from kvprov.validate.report import write_file
-
     if str(path) != "-":
         refuse_link(path, "--json")
     hosts = {**{h: HostSummary() for h in clean}, **result.hosts}

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import tempfile
+from typing import Any
 
 SHOWN = "<vaulted>"
 
@@ -128,6 +129,25 @@ def from_encrypted_file(value, path: str | None) -> None:
 def is_encrypted(data: bytes) -> bool:
     """Whether a file's content is an `ansible-vault encrypt`-ed file."""
     return data.lstrip().startswith(b"$ANSIBLE_VAULT;")
+
+
+def plain(value: Any) -> Any:
+    """A value Ansible loaded, without its tags (an inline !vault value decrypted): str, int, float,
+    bool, None, list, dict."""
+    value = revealed(value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
 
 
 def decrypted(data: bytes) -> str:

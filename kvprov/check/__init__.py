@@ -45,11 +45,12 @@ from kvprov.check.storage import STORAGE_SPECS, controller_file, storage_credent
 from kvprov.check.values import (DEPRECATED, LMCACHE_KEYS, LMCACHE_RENAMED, TIERLESS_ENGINES, Finding, VarSpec,
                                  _instance, check_setting, describe, environment, extra_options,
                                  fraction, int_range, is_int, is_template, lmcache_config, model_path, mount_point,
-                                 networks, nixl_plugins, non_negative, positive_number, read_specs, s3_credentials_file,
+                                 networks, nixl_plugins, non_negative, positive_number, s3_credentials_file,
                                  s3_secrets_in, s3_secrets_in_environment, secret_file, serial, spec_findings,
-                                 storage_dir_errors, storage_server, type_error, typed, user_name)
+                                 storage_dir_errors, storage_server, type_error, user_name)
 from kvprov.errors import EXIT_OK, EXIT_USAGE, KvprovError
 from kvprov.inventory import Host, Inventory, InventoryError, Origin, Problem, Setting, Var
+from kvprov.specs import read_specs, typed
 
 __all__ = ["Problem", "VarSpec", "check", "check_host_values", "host_from_values", "read_specs", "add_parser",
            # the rules and names other modules and the tests use, from the modules below
@@ -246,8 +247,7 @@ def cmd_check(args) -> int:
         print(data)
     else:
         if args.json:  # the same convention as every command's --json FILE
-            from kvprov.runner import refuse_link
-            from kvprov.validate.report import write_file
+            from kvprov.validate.report import refuse_link, write_file
 
             refuse_link(args.json, "--json")
             write_file(args.json, data + "\n")

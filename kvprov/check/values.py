@@ -14,9 +14,10 @@ from typing import Any, Callable
 
 import yaml
 
-from kvprov import inventory, namespace, sinks, vault
+from kvprov import namespace, sinks, vault
 from kvprov.check import bounds
 from kvprov.inventory import Problem, Setting, Var
+from kvprov.specs import VarSpec, is_int, is_template, typed
 
 NFS_PROFILES = ("netapp_pnfs_rdma", "nfs_tcp")
 PROFILE_PROTOS = {"netapp_pnfs_rdma": ("rdma", "rdma6"), "nfs_tcp": ("tcp", "tcp6")}
@@ -37,35 +38,6 @@ USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 INSTANCE_NAME = re.compile(r"[a-z0-9_-]+")
 SIMPLE_PATH = re.compile(r"/[A-Za-z0-9_./-]*")
 TRUE_FALSE_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n"}
-
-
-# ---------------------------------------------------------------------------- specs
-
-@dataclass(frozen=True)
-class VarSpec:
-    """One option of a role's argument spec."""
-
-    name: str
-    role: str
-    type: str = "str"  # Ansible's default type
-    elements: str | None = None
-    choices: tuple[Any, ...] | None = None
-    no_log: bool = False  # a secret: its value is in no message
-
-
-def read_specs(roles: Path) -> dict[str, VarSpec]:
-    """Every option of every role's meta/argument_specs.yml (all entry points)."""
-    specs: dict[str, VarSpec] = {}
-    for path in sorted(roles.glob("*/meta/argument_specs.y*ml")):
-        data = yaml.safe_load(inventory.read_text(path)) or {}
-        for entry in (data.get("argument_specs") or {}).values():
-            for name, opt in ((entry or {}).get("options") or {}).items():
-                opt = opt or {}
-                choices = opt.get("choices")
-                specs[name] = VarSpec(name, path.parent.parent.name, opt.get("type", "str"),
-                                      opt.get("elements"), tuple(choices) if choices else None,
-                                      bool(opt.get("no_log")))
-    return specs
 
 
 # ---------------------------------------------------------------------------- describing values
@@ -95,48 +67,6 @@ def _item_node(var: Var, i: int) -> yaml.Node | None:
     """The YAML node of item i of a list value (None when the list was not written in YAML)."""
     node = var.node
     return node.value[i] if isinstance(node, yaml.SequenceNode) and i < len(node.value) else None
-
-
-def is_template(value: Any) -> bool:
-    """A Jinja expression: only Ansible knows its value, so kvprov does not judge it."""
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
-
-
-def is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def convert(value: Any, type_: str) -> Any:
-    """The value as a role's argument spec converts it before the role runs, by Ansible's own
-    rules (ansible.module_utils.common.validation): a string "262144" or a float 2.0 for an int,
-    "yes"/"off"/"1" for a bool, "0.5" for a float -- what dynamic inventories and -e key=value
-    give. Otherwise the value itself, also where kvprov is stricter than Ansible: a boolean is
-    not a number, a number is not a string (YAML has already lost how it was written: 1.10
-    reads 1.1), a string is not a list, and a float must be finite."""
-    from ansible.module_utils.common.validation import check_type_bool, check_type_float, check_type_int
-
-    if isinstance(value, bool) or is_template(value):
-        return value
-    try:
-        if type_ == "int" and isinstance(value, (str, float)):
-            return check_type_int(value)
-        if type_ == "float" and isinstance(value, str):
-            converted = check_type_float(value)
-            return converted if math.isfinite(converted) else value
-        if type_ == "bool" and isinstance(value, str):
-            return check_type_bool(value)
-    except (TypeError, ValueError, OverflowError):  # not convertible: type_error says why
-        pass
-    return value
-
-
-def typed(value: Any, spec: VarSpec) -> Any:
-    """convert() applied to a value of spec, and to each element of a list of typed elements;
-    the value itself (the same object) when nothing converts."""
-    if spec.type == "list" and spec.elements and isinstance(value, list):
-        items = [convert(v, spec.elements) for v in value]
-        return value if all(a is b for a, b in zip(items, value)) else items
-    return convert(value, spec.type)
 
 
 def type_error(value: Any, type_: str, raw: str | None = None) -> str | None:

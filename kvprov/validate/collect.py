@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from kvprov import __version__, check, inventory, runner
+from kvprov.desired import run_with_states
 from kvprov.errors import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, KvprovError
 
 CAPTURE_TASK = "Probe the live state"
@@ -109,7 +110,7 @@ def write_bundle(root: Path, files: dict) -> list[str]:
 def collect(sources: str | list[str], out: Path, limit: str | None = None, stream=None, *,
             timeout: int) -> runner.RunResult:
     check.require_valid(sources)
-    result = runner.run("collect.yml", sources, name="collect",
+    result = run_with_states("collect.yml", sources, name="collect",
                         extravars={"kvprov_version": __version__, "kvprov_collect_timeout": timeout},
                         limit=limit, stream=stream or sys.stderr, capture=CAPTURE_TASK)
     for host, res in result.captured.items():

@@ -126,6 +126,14 @@ def to_junit(results: list[Result], name: str = "kvprov validate") -> str:
 
 # ---------------------------------------------------------------------------- writing them
 
+def refuse_link(path: str | Path, option: str) -> None:
+    """KvprovError (exit 2) when the file an option names is a symbolic link: a report is
+    never written through one (whoever planted it would choose what root overwrites)."""
+    if os.path.islink(path):
+        raise KvprovError(f"{option} {path} is a symbolic link (to {os.readlink(path)}): refusing to write through "
+                          "it; remove it or name another file", EXIT_USAGE)
+
+
 def write_file(path: str, text: str | bytes, mode: int = 0o600) -> None:
     """Write a report atomically (readers such as node_exporter never see half of it): a new
     file in the target's directory, flushed to disk, then renamed over it. Reports name hosts

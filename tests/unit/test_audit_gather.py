@@ -43,7 +43,7 @@ def with_hand_edit(files: dict) -> None:  # drift
 
 @pytest.fixture
 def ansible(monkeypatch):
-    """FAKE: runner.run answers with `ansible["captured"]` ({host: (capture, desired state)}) and
+    """FAKE: runner.run (and the collect run) answers with `ansible["captured"]` ({host: (capture, desired state)}) and
     `ansible["failures"]`."""
     seen = {"captured": {}, "failures": [], "rc": 0}
 
@@ -54,6 +54,7 @@ def ansible(monkeypatch):
                                 desired={h: d for h, (_, d) in seen["captured"].items()})
 
     monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(audit, "run_with_states", fake_run)  # the collect run, its desired states included
     return seen
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvprov import desired, desired_classes as dc, runner
-from kvprov.check.values import read_specs
+from kvprov.specs import read_specs
 from kvprov.inventory import roles_dir
 from kvprov.validate.collect import CAPTURE_TASK
 from tests.conftest import ROOT
@@ -249,7 +249,7 @@ def test_nothing_is_written_ahead_when_no_state_could_be_derived(monkeypatch):
         assert directory is None
 
 
-def test_the_runner_hands_collect_the_states_written_ahead_only_when_one_is_derived(monkeypatch):
+def test_collect_gets_the_states_written_ahead_only_when_one_is_derived(monkeypatch):
     seen = []
     monkeypatch.setattr(runner, "_run", lambda playbook, inventory, extravars, **kw: seen.append(
         (playbook, dict(extravars or {}))) or runner.RunResult(0, None))
@@ -257,9 +257,10 @@ def test_the_runner_hands_collect_the_states_written_ahead_only_when_one_is_deri
     monkeypatch.setattr(desired, "compute", lambda inventory, limit, classes: (
         {h: {"host": h, "files": {}} for h in three}, []))
     monkeypatch.setattr(desired, "host_variables", lambda inventory, limit: three)
-    assert runner.run("collect.yml", "inv.yml", name="collect").desired == {h: {"host": h, "files": {}} for h in three}
+    run = desired.run_with_states("collect.yml", "inv.yml", name="collect")
+    assert run.desired == {h: {"host": h, "files": {}} for h in three}
     monkeypatch.setattr(desired, "host_variables", lambda inventory, limit: {h: three[h] for h in ("a", "b")})
-    runner.run("collect.yml", "inv.yml", name="collect")
-    runner.run("site.yml", "inv.yml", name="deploy")
+    desired.run_with_states("collect.yml", "inv.yml", name="collect")
+    runner.run("site.yml", "inv.yml", name="deploy")  # the runner itself writes no states
     assert [p for p, _ in seen] == ["collect.yml", "collect.yml", "site.yml"]
     assert set(seen[0][1]) == {runner.DESIRED_DIR} and seen[1][1] == {} and seen[2][1] == {}

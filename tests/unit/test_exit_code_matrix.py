@@ -25,6 +25,7 @@ report writers, the lock, the retry files.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -34,7 +35,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvprov import cli, runner
+from kvprov import cli, desired, runner
 from kvprov.errors import (
     EXIT_CHECKS_FAILED,
     EXIT_INTERNAL,
@@ -330,6 +331,13 @@ CELLS = [pytest.param(name, scenario, EXPECTED[name][i], id=f"{name}|{scenario}"
          for name in COMMANDS for i, scenario in enumerate(SCENARIOS)]
 
 
+@contextlib.contextmanager
+def no_states_ahead(inventory, limit=None):
+    """No desired states written ahead: the FAKE collect.yml returns each host's own (as the real
+    one does for a small fleet)."""
+    yield None
+
+
 @pytest.mark.parametrize("name, scenario, code", CELLS)
 def test_exit_code_and_hosts_in_every_report(name, scenario, code, tmp_path, monkeypatch, capsys):
     cmd = COMMANDS[name]
@@ -346,6 +354,7 @@ def test_exit_code_and_hosts_in_every_report(name, scenario, code, tmp_path, mon
     hosts = Hosts(inv, states, tmp_path / "runs")
     hosts.crash = how == "internal error"
     monkeypatch.setattr(runner, "run", hosts.run)  # FAKE: see Hosts
+    monkeypatch.setattr(desired, "written", no_states_ahead)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     for var in ("KVPROV_DEBUG", "KVPROV_LOCK_DIR", "KVPROV_RUNS_DIR"):
         monkeypatch.delenv(var, raising=False)

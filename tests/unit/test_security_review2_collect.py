@@ -83,7 +83,7 @@ def test_collect_reports_a_planted_link_naming_the_host_and_writes_nothing_throu
     (out / "gpu1" / "files").symlink_to(target)
     captured = {"files": CAPTURED}
     monkeypatch.setattr(collect.check, "require_valid", lambda sources: [])
-    monkeypatch.setattr(collect.runner, "run", lambda *a, **k: runner.RunResult(rc=0, artifacts=None,
+    monkeypatch.setattr(collect, "run_with_states", lambda *a, **k: runner.RunResult(rc=0, artifacts=None,
                                                                                  captured={"gpu1": captured}))
     with pytest.raises(KvprovError) as e:
         collect.collect("inv.yml", out, timeout=5)
@@ -95,7 +95,7 @@ def test_collect_reports_a_planted_link_naming_the_host_and_writes_nothing_throu
 def test_collect_refuses_a_host_name_that_is_not_one_directory(out_and_target, monkeypatch):
     out, target = out_and_target
     monkeypatch.setattr(collect.check, "require_valid", lambda sources: [])
-    monkeypatch.setattr(collect.runner, "run", lambda *a, **k: runner.RunResult(
+    monkeypatch.setattr(collect, "run_with_states", lambda *a, **k: runner.RunResult(
         rc=0, artifacts=None, captured={f"../{target.name}": {"files": CAPTURED}}))
     with pytest.raises(KvprovError, match="cannot name a directory under --out"):
         collect.collect("inv.yml", out, timeout=5)
