@@ -62,7 +62,7 @@ MODULES = ["kvprov/mountstats.py", "kvprov/validate", "kvprov/audit.py", "kvprov
            "kvprov/bench.py", "kvprov/lock.py", "plugins/modules/kvprov_collect.py",
            "kvprov/loadtest_metrics.py", "kvprov/namespace.py", "roles/engine/files/kvprov-evict.py",
            "kvprov/sinks.py", "kvprov/tunnel.py", "kvprov/vault.py", "kvprov/deployed_secrets.py", "kvprov/converge.py",
-           "roles/engine/files/kvprov-kv-key.py"]
+           "roles/engine/files/kvprov-kv-key.py", "kvprov/specs.py"]
 # Files of which only some functions are checking code: only those are mutated (and hashed).
 ONLY = {
     "kvprov/loadtest_metrics.py": ("parse_prometheus", "_labels", "cache_counters", "counter_delta", "cache_summary",
@@ -90,7 +90,7 @@ TESTS_FOR = {
     "kvprov/check": ["test_check*.py", "test_inventory*.py", "test_preflight.py", "test_storage_check_rules.py",
                      "test_secrets.py", "test_engine_configs.py", "test_host_tiers.py", "test_lmcache_tiers.py",
                      "test_ansible_cli.py", "test_evict_units.py", "test_namespace.py", "test_type_conversion.py",
-                     "test_sinks.py", "test_engine_tls.py", "test_volume_identity_properties.py"],
+                     "test_sinks.py", "test_engine_tls.py", "test_volume_identity_properties.py", "test_secret_values.py"],
     "kvprov/inventory.py": ["test_inventory*.py", "test_limit_file.py", "test_check*.py", "test_preflight.py",
                             "test_storage_check_rules.py", "test_secrets.py", "test_engine_configs.py",
                             "test_host_tiers.py", "test_lab_inventory.py", "test_type_conversion.py", "test_sinks.py",
@@ -116,7 +116,10 @@ TESTS_FOR = {
     "kvprov/sinks.py": ["test_sinks*.py", "test_render_fuzz.py"],
     "kvprov/tunnel.py": ["test_tunnel*.py"],
     "kvprov/vault.py": ["test_vault*.py", "test_inventory_model.py", "test_inventory_sources.py", "test_runner.py"],
-    "kvprov/deployed_secrets.py": ["test_deployed_secrets*.py", "test_security_review2_deploy_json.py"],
+    "kvprov/deployed_secrets.py": ["test_deployed_secrets*.py", "test_security_review2_deploy_json.py",
+                                   "test_secret_values.py"],
+    "kvprov/specs.py": ["test_type_conversion.py", "test_check*.py", "test_ansible_cli.py", "test_preflight.py",
+                        "test_secret_values.py", "test_inventory*.py"],
     "kvprov/converge.py": ["test_converge*.py", "test_failure_summary.py"],
 }
 # Functions that only run against live hosts (Ansible, systemctl, a real /proc/self/mountinfo):
@@ -392,11 +395,16 @@ def mutants_of(root: Path, rel: str) -> list[Mutant]:
     return out
 
 
+# An Ansible module's documentation (module-level strings of prose, which are never mutated).
+DOC_STRINGS = ("DOCUMENTATION", "EXAMPLES", "RETURN")
+
+
 def mutated_text(root: Path, rel: str) -> str:
-    """What is mutated in a target file: the whole file, or (ONLY) the source of its named functions."""
+    """What is mutated in a target file: the whole file but an Ansible module's DOC_STRINGS, or
+    (ONLY) the source of its named functions."""
     text = (root / rel).read_text()
     if rel not in ONLY:
-        return text
+        return without_docs(text)
     tree = ast.parse(text)
     found = {n.name: ast.get_source_segment(text, n) for n in tree.body
              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
@@ -404,6 +412,19 @@ def mutated_text(root: Path, rel: str) -> str:
     if missing:
         raise SystemExit(f"mutation: {rel} has no function {', '.join(missing)} (ONLY in benchmarks/mutation.py)")
     return "\n\n".join(f"# {name}\n{found[name]}" for name in sorted(ONLY[rel]))
+
+
+def without_docs(text: str) -> str:
+    """The text without its DOC_STRINGS assignments and blank lines: adding or editing a
+    module's documentation needs no new mutation run. Other files: the text itself."""
+    lines = text.splitlines(keepends=True)
+    docs = [node for node in ast.parse(text).body if isinstance(node, ast.Assign) and len(node.targets) == 1
+            and getattr(node.targets[0], "id", None) in DOC_STRINGS and isinstance(node.value, ast.Constant)]
+    if not docs:
+        return text
+    for node in reversed(docs):
+        del lines[node.lineno - 1:node.end_lineno]
+    return "".join(line for line in lines if line.strip())
 
 
 def content_hash(root: Path, rel: str) -> str:

@@ -62,3 +62,14 @@ def test_the_hash_covers_what_is_mutated(tmp_path):
     h = mutation.content_hash(tmp_path, "kvprov/lock.py")
     (tmp_path / "kvprov/lock.py").write_text("A = 2\n")
     assert mutation.content_hash(tmp_path, "kvprov/lock.py") != h
+    # an Ansible module's documentation is prose, never mutated: adding RETURN or editing
+    # DOCUMENTATION changes nothing mutated; its code does
+    (tmp_path / "plugins").mkdir()
+    module = tmp_path / "plugins/m.py"
+    module.write_text('DOCUMENTATION = r"""\nmodule: m\n"""\n\nimport os\n\n\ndef f():\n    return 1\n')
+    h = mutation.content_hash(tmp_path, "plugins/m.py")
+    module.write_text('DOCUMENTATION = r"""\nmodule: m\nattributes: {}\n"""\n\nRETURN = r"""\nx: {}\n"""\n\n'
+                      'import os\n\n\ndef f():\n    return 1\n')
+    assert mutation.content_hash(tmp_path, "plugins/m.py") == h
+    module.write_text(module.read_text().replace("return 1", "return 2"))
+    assert mutation.content_hash(tmp_path, "plugins/m.py") != h
