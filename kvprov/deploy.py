@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
     inventory.add_limit_arg(p, "Ansible host pattern; @FILE: the patterns in FILE, one a line (a retry file)")
     p.add_argument("-t", "--tags", help="only these role tags (e.g. nixl,sglang)")
     p.add_argument("--skip-tags", metavar="TAGS", help="skip the tasks of these role tags (e.g. gds,nixl)")
-    runner.add_list_hosts_arg(p)
+    runner.add_list_hosts_arg(p, all_listings=True)
     p.add_argument("--allow-remount", action="store_true",
                    help="remount the KV mount when its live options differ (only if nothing uses it)")
     p.add_argument("--stop-engines", action="store_true",
@@ -44,12 +44,13 @@ def add_parser(sub) -> None:
 
 
 def cmd_deploy(args) -> int:
-    if getattr(args, "list_hosts", False):  # the hosts a --full run converges: no audit, no lock, no host contacted
+    listing = runner.chosen_listing(args)
+    if listing:  # what a --full run would do: no audit, no lock, no host contacted
         sources = inventory.from_args(args)
         check.require_valid(sources)
-        if not args.full:
-            print("deploy --list-hosts: the hosts a run converges at most (without --full, only those the audit "
-                  "finds drifted or cannot audit)", file=sys.stderr)
+        if not args.full and listing != "--syntax-check":
+            print(f"deploy {listing}: what a run does at most (without --full, only on the hosts the audit finds "
+                  "drifted or cannot audit)", file=sys.stderr)
         return runner.print_list_hosts(args, ["site.yml"], sources, name="deploy-list-hosts",
                                        extravars=rollout(sources), tags=args.tags, skip_tags=skip_tags(args))
     with contextlib.redirect_stdout(sys.stderr) if args.json == "-" else contextlib.nullcontext():

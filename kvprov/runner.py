@@ -253,41 +253,68 @@ def run(playbook: str, inventory: str | Path | list[str], *, name: str, extravar
                 check=check, diff=diff, stream=stream, verbose=verbose, capture=capture)
 
 
+# ansible-playbook's options that read the playbooks and the inventory and run nothing
+LISTINGS = ("--list-hosts", "--list-tasks", "--list-tags", "--syntax-check")
+
+
 def list_hosts(playbooks: list[str], inventory: str | Path | list[str], *, name: str, extravars: dict | None = None,
-               limit: str | None = None, tags: str | None = None, skip_tags: str | None = None) -> str:
-    """What `ansible-playbook --list-hosts` prints for each playbook, with every option a run of
-    it would get: the plays, their patterns and the hosts each would touch (after --limit). It
-    reads the inventory only; no task runs and no host is contacted."""
+               limit: str | None = None, tags: str | None = None, skip_tags: str | None = None,
+               listing: str = "--list-hosts") -> str:
+    """What `ansible-playbook --list-hosts` (or another of LISTINGS) prints for each playbook,
+    with every option a run of it would get: the plays, their patterns and the hosts each would
+    touch (after --limit); their tasks; their tags; or that their syntax is sound. It reads the
+    inventory and the playbooks only; no task runs and no host is contacted."""
     out = []
     for playbook in playbooks:
         result = _run(playbook, inventory, name=name, extravars=extravars, limit=limit, tags=tags, skip_tags=skip_tags,
-                      check=False, diff=False, stream=None, verbose=False, capture=None, listing=True)
+                      check=False, diff=False, stream=None, verbose=False, capture=None, listing=listing)
         if result.rc != 0:
-            raise KvprovError(f"ansible-playbook --list-hosts {playbook} failed: "
+            raise KvprovError(f"ansible-playbook {listing} {playbook} failed: "
                               f"{result.failures[0].message if result.failures else f'rc {result.rc}'}", EXIT_USAGE)
         out.append(result.listing)
     return "\n".join(out)
 
 
-def add_list_hosts_arg(parser) -> None:
-    parser.add_argument("--list-hosts", action="store_true",
-                        help="print the hosts the run would touch (after --limit), as ansible-playbook --list-hosts "
-                             "prints them, and exit 0: no host is contacted")
+def add_list_hosts_arg(parser, *, all_listings: bool = False) -> None:
+    """--list-hosts; with all_listings (deploy, whose playbook is the user's to inspect) the
+    other LISTINGS too, one of them at a time."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--list-hosts", action="store_true",
+                       help="print the hosts the run would touch (after --limit), as ansible-playbook --list-hosts "
+                            "prints them, and exit 0: no host is contacted")
+    if all_listings:
+        group.add_argument("--list-tasks", action="store_true",
+                           help="print the tasks the run would run (after --tags/--skip-tags), as ansible-playbook "
+                                "--list-tasks does, and exit 0: no host is contacted")
+        group.add_argument("--list-tags", action="store_true",
+                           help="print the tags of the playbook's tasks, as ansible-playbook --list-tags does, and "
+                                "exit 0: no host is contacted")
+        group.add_argument("--syntax-check", action="store_true",
+                           help="check the playbook's syntax with ansible-playbook --syntax-check and exit 0 "
+                                "(2 when it fails): no host is contacted")
+
+
+def chosen_listing(args) -> str | None:
+    """The one of LISTINGS given on the command line, or None."""
+    return next((o for o in LISTINGS if getattr(args, o[2:].replace("-", "_"), False)), None)
 
 
 def print_list_hosts(args, playbooks: list[str], inventory: str | Path | list[str], *, name: str, **kw) -> int:
-    """A command's --list-hosts: ansible-playbook's listing of its playbooks on stdout (exit 0);
-    nothing else is written (no --json: there is no result)."""
+    """A command's --list-hosts (or another of LISTINGS): ansible-playbook's output for its
+    playbooks on stdout (exit 0); nothing else is written (no --json: there is no result)."""
+    listing = chosen_listing(args) or "--list-hosts"
     for option in ("json", "junit", "prom"):
         if getattr(args, option, None):
-            raise KvprovError(f"--list-hosts prints the hosts and runs nothing: leave out --{option}", EXIT_USAGE)
-    sys.stdout.write(list_hosts(playbooks, inventory, name=name, limit=getattr(args, "limit", None), **kw))
+            raise KvprovError(f"{listing} prints what the run would do and runs nothing: leave out --{option}",
+                              EXIT_USAGE)
+    extra = {} if listing == "--list-hosts" else {"listing": listing}
+    sys.stdout.write(list_hosts(playbooks, inventory, name=name, limit=getattr(args, "limit", None), **kw, **extra))
     return 0
 
 
 def _run(playbook: str, inventory: str | Path | list[str], *, name: str, extravars: dict | None, limit: str | None,
          tags: str | None, check: bool, diff: bool, stream, verbose: bool, capture: str | None,
-         skip_tags: str | None = None, listing: bool = False) -> RunResult:
+         skip_tags: str | None = None, listing: str = "") -> RunResult:
     import ansible_runner
 
     stream = stream or sys.stderr
@@ -299,7 +326,7 @@ def _run(playbook: str, inventory: str | Path | list[str], *, name: str, extrava
     result = RunResult(rc=-1, artifacts=private)
     printer = _Printer(stream, result, verbose, capture)
     cmdline = shlex.join([*(["--check"] if check else []), *(["--diff"] if diff else []),
-                          *(["--list-hosts"] if listing else []), *vault.playbook_args(), *ansible_cli.playbook_args()])
+                          *([listing] if listing else []), *vault.playbook_args(), *ansible_cli.playbook_args()])
     t0 = time.monotonic()
     r = ansible_runner.run(
         private_data_dir=str(private),

@@ -247,7 +247,7 @@ def test_list_hosts_prints_the_hosts_after_the_limit_and_contacts_none(tmp_path)
 def test_list_hosts_writes_no_report_and_needs_live_hosts(tmp_path, capsys):
     inventory(tmp_path)
     assert cli.main(["deploy", str(tmp_path / "inv.yml"), "--list-hosts", "--json", "-"]) == 2
-    assert "--list-hosts prints the hosts and runs nothing: leave out --json" in capsys.readouterr().err
+    assert "--list-hosts prints what the run would do and runs nothing: leave out --json" in capsys.readouterr().err
     assert cli.main(["audit", str(tmp_path / "inv.yml"), "--list-hosts", "--junit", "j.xml"]) == 2
     assert cli.main(["validate", "--bundle", str(tmp_path), "--list-hosts"]) == 2
     assert "give an INVENTORY, without --bundle" in capsys.readouterr().err
@@ -276,12 +276,35 @@ def test_list_hosts_gives_ansible_playbook_the_commands_playbooks_and_options(tm
     assert not (tmp_path / "o").exists()
 
 
+def test_deploy_lists_tasks_and_tags_and_checks_syntax_as_ansible_playbook_does(tmp_path):
+    """deploy's --list-tasks, --list-tags and --syntax-check: ansible-playbook's own output for
+    site.yml with the command's options (here -t), one at a time; the hosts are closed ports on
+    this machine, so a contacted host would fail the command."""
+    inv = str(inventory(tmp_path, ansible_port=9))
+    r = kvprov(tmp_path, "deploy", inv, "--list-tasks", "-t", "nixl")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "playbook: " in r.stdout and "kvprov.kvprov.nixl : Write the NIXL backend config" in r.stdout, r.stdout
+    assert "kvcache_mount : Install the NFS client" not in r.stdout  # -t nixl: the always tasks and nixl's
+    assert "what a run does at most" in r.stderr
+    r = kvprov(tmp_path, "deploy", inv, "--list-tags")
+    assert r.returncode == 0 and "TASK TAGS: [" in r.stdout and "nixl" in r.stdout, r.stdout + r.stderr
+    r = kvprov(tmp_path, "deploy", inv, "--syntax-check")
+    assert r.returncode == 0 and r.stdout.strip().startswith("playbook: "), r.stdout + r.stderr
+    r = kvprov(tmp_path, "deploy", inv, "--syntax-check", "--list-tasks")
+    assert r.returncode == 2 and "not allowed with argument" in r.stderr, r.stderr
+    r = kvprov(tmp_path, "audit", inv, "--syntax-check")  # deploy's alone: the other commands run kvprov's playbooks
+    assert r.returncode == 2 and "unrecognized arguments: --syntax-check" in r.stderr, r.stderr
+
+
 def test_list_hosts_names_a_playbook_ansible_cannot_list(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.delenv("KVPROV_RUNS_DIR", raising=False)
     inv = inventory(tmp_path)
     with pytest.raises(Exception, match="ansible-playbook --list-hosts missing.yml failed") as e:
         runner.list_hosts(["missing.yml"], [str(inv)], name="test")
+    assert e.value.exit_code == 2
+    with pytest.raises(Exception, match="ansible-playbook --syntax-check missing.yml failed") as e:
+        runner.list_hosts(["missing.yml"], [str(inv)], name="test", listing="--syntax-check")
     assert e.value.exit_code == 2
 
 
