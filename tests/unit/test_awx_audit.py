@@ -195,3 +195,42 @@ def test_each_host_gets_the_status_of_its_audit_in_the_report(tmp_path, fail_on_
         assert summary["drifted"]["changed"] == 1 and summary["drifted"]["failed"] == 0 and "changed: [drifted]" in out
     assert summary["down"]["failed"] == 1 and "not audited: unreachable: ssh: connect to host 10.0.0.9" in out
     assert summary["missing"]["failed"] == 1 and "not audited: no entry for this host in the report" in out
+
+
+VAULT_PASSWORD = "kvprov-awx-vault-pw"
+
+
+def vaulted_job(tmp_path, playbook: str, *args: str) -> subprocess.CompletedProcess:
+    """A job template on an inventory whose group variables are vault-encrypted, the outer
+    ansible-playbook given the password as AWX gives it the job's Vault credential."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    lock = VaultLib([("default", VaultSecret(VAULT_PASSWORD.encode()))])
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars/gpu_nodes.yml").write_text(lock.encrypt(
+        "kvprov_storage_profile: local\nkvprov_storage_pnfs_layout: none\nkvprov_storage_server: 10.0.0.5\n").decode())
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_python_interpreter": sys.executable},
+        "children": {"gpu_nodes": {"hosts": {"gpu1": CLOSED}}}}}))
+    (tmp_path / "outer-pw").write_text(VAULT_PASSWORD + "\n")
+    return subprocess.run(["ansible-playbook", "-i", str(tmp_path / "inventory.yml"), str(ROOT / playbook), "-v",
+                           "--vault-password-file", str(tmp_path / "outer-pw"), *args],
+                          capture_output=True, text=True, env=env_for(tmp_path), cwd=tmp_path, timeout=600)
+
+
+def test_the_inner_audit_reads_a_vaulted_inventory_with_the_credentials_password(tmp_path):
+    """#39: AWX's Vault credential reaches only the outer ansible-playbook; the inner kvprov audit
+    gets the password from kvprov_vault_password, the extra variable of awx/credential-type-vault.yml."""
+    assert yaml.safe_load((ROOT / "awx/credential-type-vault.yml").read_text())["injectors"] == {
+        "extra_vars": {"kvprov_vault_password": "{{ vault_password }}"}}
+    (tmp_path / "without").mkdir()
+    without = vaulted_job(tmp_path / "without", "awx/audit.yml")
+    run = task_output(without.stdout, RUN_TASK)
+    assert without.returncode == 2 and "cannot decrypt a vault-encrypted value" in run, without.stdout[-4000:]
+    assert outcome(without.stdout) == "error"
+    (tmp_path / "with").mkdir()
+    r = vaulted_job(tmp_path / "with", "awx/audit.yml", "-e", f"kvprov_vault_password={VAULT_PASSWORD}")
+    assert outcome(r.stdout) == "not_audited", r.stdout[-4000:]  # the inventory read; the host on a closed port
+    assert "not audited: unreachable" in task_output(r.stdout, HOST_TASK)
+    assert VAULT_PASSWORD not in task_output(r.stdout, "TASK [The Vault password") + task_output(r.stdout, RUN_TASK)
+    assert not list((tmp_path / "with").glob("kvprov-audit-*"))

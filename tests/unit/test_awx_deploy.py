@@ -47,3 +47,20 @@ def test_a_clean_inventory_goes_on_to_the_site_playbook(tmp_path):
     assert "1 host(s) checked, 0 error(s)" in out, out[-4000:]
     assert "UNREACHABLE" in out and "gpu2" not in r.stdout.split("PLAY [Deploy")[-1], out[-4000:]  # the limit holds
     assert r.returncode == 4, out[-4000:]
+
+
+def test_the_inner_check_reads_a_vaulted_inventory_with_the_credentials_password(tmp_path):
+    """#39: the site playbook gets the job's Vault credential; the inner kvprov check gets the
+    password from kvprov_vault_password (awx/credential-type-vault.yml), as a root-only file."""
+    from tests.unit.test_awx_audit import VAULT_PASSWORD, vaulted_job
+
+    (tmp_path / "without").mkdir()
+    r = vaulted_job(tmp_path / "without", "awx/deploy.yml")
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "nothing was deployed" in out and "cannot decrypt a vault-encrypted value" in out, out[-4000:]
+    (tmp_path / "with").mkdir()
+    r = vaulted_job(tmp_path / "with", "awx/deploy.yml", "-e", f"kvprov_vault_password={VAULT_PASSWORD}")
+    out = r.stdout + r.stderr
+    assert "1 host(s) checked, 0 error(s)" in out and "UNREACHABLE" in out, out[-4000:]  # on to the site playbook
+    assert VAULT_PASSWORD not in r.stdout.split("PLAY [Deploy")[0]
+    assert not list((tmp_path / "with").glob("kvprov-deploy-*"))
