@@ -18,6 +18,7 @@ import yaml
 
 from kvprov import check, deployed_secrets, inventory
 from kvprov import loadtest as lt
+from kvprov.specs import read_specs
 from tests.conftest import ROOT
 from tests.unit.test_preflight import LAB_VALUES
 from tests.unit.test_vault import INVENTORY, MODEL, PASSWORD, encrypt, kvprov, same_tree
@@ -47,9 +48,19 @@ def host_problems(**values) -> list[str]:
 
 
 def test_the_value_variables_are_no_log_strings_of_the_engine_role():
+    specs = read_specs(inventory.roles_dir())
     for name, file in check.values.SECRET_VALUES.items():
-        assert SPECS[name].no_log and SPECS[name].type == "str" and SPECS[name].role == "engine", name
-        assert file in SPECS and not SPECS[file].no_log
+        assert specs[name].no_log and specs[name].type == "str" and specs[name].role == "engine", name
+        assert file in specs and not specs[file].no_log
+    assert len(set(specs.values())) == len(specs)  # frozen, so hashable: kvprov's rules key sets by them
+
+
+def test_a_secret_value_is_one_line_of_printable_ascii():
+    assert check.values.secret_value("") == [] and check.values.secret_value(KEY) == []
+    assert check.values.secret_value(f" {KEY}\n") == []  # trimmed, as the role trims it
+    for bad in (f"{KEY} more", f"{KEY}\nmore", 'sk-"quoted"', "sk-$HOME", 12345678, None, [KEY]):
+        [finding] = check.values.secret_value(bad)
+        assert "the value is not shown" in finding.message and str(bad) not in finding.message, bad
 
 
 def test_check_judges_a_value_without_showing_it(tmp_path):
